@@ -1,0 +1,34 @@
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench peers clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+## Train SAC on Pendulum-v1 (~3-5 min on 2 CPU cores): logs, checkpoint and plot in runs/demo.
+demo: $(STAMP)
+	$(BIN)/jaxrl train sac --env Pendulum-v1 --total-steps 12000 --out runs/demo \
+	  --eval-every 2000 --eval-episodes 10 --learning-starts 1000 --seed 0
+
+## Run the test suite (learning tests included; ~10-15 min on 2 cores).
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+## Peer libraries for side-by-side benchmarks live in their own virtualenv.
+peers:
+	bash benchmarks/peers/setup_peers.sh
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/throughput.py
+
+clean:
+	rm -rf $(VENV) runs

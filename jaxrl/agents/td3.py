@@ -1,0 +1,173 @@
+"""Twin Delayed DDPG (Fujimoto et al., 2018, arXiv:1802.09477).
+
+The delayed actor/target update is decided inside ``update`` from a step counter in the state,
+so the training loop treats TD3 exactly like any other agent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+from flax.training.train_state import TrainState
+
+from jaxrl import rl
+from jaxrl.config import check_positive, check_range
+from jaxrl.networks import DeterministicActor, EnsembleQ, make_train_state
+from jaxrl.types import Batch, InfoDict, Params
+
+# ----------------------------------------------------------------------------------------- losses
+
+
+def critic_loss(
+    critic_params: Params, agent: TD3, batch: Batch, key: jax.Array
+) -> tuple[jax.Array, InfoDict]:
+    """Clipped double-Q regression with target policy smoothing (TD3 paper, eqs. 10 and 14)."""
+    next_actions = agent.actor.apply_fn(agent.target_actor_params, batch.next_obs)
+    noise = agent.hparams["policy_noise"] * jax.random.normal(key, next_actions.shape)
+    noise = jnp.clip(noise, -agent.hparams["noise_clip"], agent.hparams["noise_clip"])
+    next_actions = jnp.clip(next_actions + noise, -1.0, 1.0)
+    next_qs = agent.critic.apply_fn(agent.target_critic_params, batch.next_obs, next_actions)
+    target = jax.lax.stop_gradient(
+        rl.td_target(
+            batch.reward, batch.terminal, rl.min_over_ensemble(next_qs), agent.hparams["discount"]
+        )
+    )
+    qs = agent.critic.apply_fn(critic_params, batch.obs, batch.action)
+    loss = jnp.mean(jnp.sum((qs - target[None]) ** 2, axis=0))
+    return loss, {"critic/loss": loss, "critic/q_mean": qs.mean(), "critic/target": target.mean()}
+
+
+def actor_loss(actor_params: Params, agent: TD3, batch: Batch) -> tuple[jax.Array, InfoDict]:
+    """Deterministic policy gradient through the first critic: ``-E[Q_1(s, pi(s))]``."""
+    actions = agent.actor.apply_fn(actor_params, batch.obs)
+    q1 = agent.critic.apply_fn(agent.critic.params, batch.obs, actions)[0]
+    loss = -q1.mean()
+    return loss, {"actor/loss": loss}
+
+
+# -------------------------------------------------------------------------------------- the agent
+
+
+class TD3(struct.PyTreeNode):
+    """TD3 state: actor, twin critics, their targets, a step counter, RNG, hyperparameters."""
+
+    rng: jax.Array
+    actor: TrainState
+    critic: TrainState
+    target_actor_params: Params
+    target_critic_params: Params
+    step: jax.Array
+    hparams: dict[str, jax.Array]
+    config: TD3Config = struct.field(pytree_node=False)
+
+    def update(self, batch: Batch) -> tuple[TD3, InfoDict]:
+        """Critic step every call; actor and target step every ``policy_delay`` calls."""
+        rng, key = jax.random.split(self.rng)
+        grads, info = jax.grad(critic_loss, has_aux=True)(self.critic.params, self, batch, key)
+        agent = self.replace(rng=rng, critic=self.critic.apply_gradients(grads=grads))
+
+        def delayed(agent: TD3) -> tuple[TD3, InfoDict]:
+            grads, actor_info = jax.grad(actor_loss, has_aux=True)(agent.actor.params, agent, batch)
+            actor = agent.actor.apply_gradients(grads=grads)
+            tau = agent.hparams["tau"]
+            return agent.replace(
+                actor=actor,
+                target_actor_params=rl.polyak_update(actor.params, agent.target_actor_params, tau),
+                target_critic_params=rl.polyak_update(
+                    agent.critic.params, agent.target_critic_params, tau
+                ),
+            ), actor_info
+
+        def skip(agent: TD3) -> tuple[TD3, InfoDict]:
+            return agent, {"actor/loss": jnp.float32(jnp.nan)}
+
+        do_actor = (self.step + 1) % self.config.policy_delay == 0
+        agent, actor_info = jax.lax.cond(do_actor, delayed, skip, agent)
+        return agent.replace(step=self.step + 1), {**info, **actor_info}
+
+    def sample_actions(self, obs: jax.Array, rng: jax.Array) -> jax.Array:
+        """Deterministic action plus Gaussian exploration noise, clipped to [-1, 1]."""
+        actions = self.actor.apply_fn(self.actor.params, obs)
+        noise = self.hparams["exploration_noise"] * jax.random.normal(rng, actions.shape)
+        return jnp.clip(actions + noise, -1.0, 1.0)
+
+    def eval_actions(self, obs: jax.Array) -> jax.Array:
+        """Deterministic actions in [-1, 1]."""
+        return self.actor.apply_fn(self.actor.params, obs)
+
+    @classmethod
+    def create(
+        cls, config: TD3Config, obs_example: jax.Array, action_example: jax.Array, seed: int
+    ) -> TD3:
+        """Initialize from a single (unbatched) observation and action; ``seed`` may be traced."""
+        rng, k_actor, k_critic = jax.random.split(jax.random.key(seed), 3)
+        obs, act = obs_example[None], action_example[None]
+        actor_def = DeterministicActor(action_example.shape[-1], config.hidden_dims)
+        actor = make_train_state(actor_def, k_actor, config.actor_lr, obs)
+        critic_def = EnsembleQ(config.hidden_dims, config.num_qs)
+        critic = make_train_state(critic_def, k_critic, config.critic_lr, obs, act)
+        hparams = {
+            name: jnp.float32(getattr(config, name))
+            for name in ("discount", "tau", "policy_noise", "noise_clip", "exploration_noise")
+        }
+        # Targets start as copies (distinct buffers, so the whole agent can be donated to jit).
+        target_actor, target_critic = jax.tree.map(jnp.copy, (actor.params, critic.params))
+        return cls(rng, actor, critic, target_actor, target_critic, jnp.int32(0), hparams, config)
+
+
+# ------------------------------------------------------------------------------------------ config
+
+
+@partial(dataclasses.dataclass, frozen=True)
+class TD3Config:
+    """TD3 hyperparameters; defaults follow the authors' reference code for MuJoCo."""
+
+    actor_lr: float = 3e-4
+    """Adam learning rate of the actor."""
+    critic_lr: float = 3e-4
+    """Adam learning rate of the twin critics."""
+    hidden_dims: tuple[int, ...] = (256, 256)
+    """Hidden layer widths of actor and critics."""
+    num_qs: int = 2
+    """Number of critics (the target takes their minimum)."""
+    discount: float = 0.99
+    """Discount factor gamma."""
+    tau: float = 0.005
+    """Polyak averaging coefficient of the target networks."""
+    policy_noise: float = 0.2
+    """Std of the target policy smoothing noise (in normalized action units)."""
+    noise_clip: float = 0.5
+    """Clip range of the target policy smoothing noise."""
+    exploration_noise: float = 0.1
+    """Std of the Gaussian exploration noise."""
+    policy_delay: int = 2
+    """Critic updates per actor/target update."""
+    batch_size: int = 256
+    """Minibatch size of each gradient step."""
+    utd_ratio: int = 1
+    """Gradient steps per environment step (update-to-data ratio)."""
+    buffer_size: int = 1_000_000
+    """Replay buffer capacity in transitions."""
+    learning_starts: int = 25_000
+    """Uniform-random environment steps before learning starts."""
+
+    def __post_init__(self) -> None:
+        check_positive(
+            self,
+            "actor_lr",
+            "critic_lr",
+            "hidden_dims",
+            "num_qs",
+            "policy_delay",
+            "batch_size",
+            "utd_ratio",
+            "buffer_size",
+        )
+        check_range(self, "discount", 0.0, 1.0)
+        check_range(self, "tau", 0.0, 1.0, low_open=True)
+        for name in ("policy_noise", "noise_clip", "exploration_noise", "learning_starts"):
+            check_range(self, name, 0.0, float("inf"))

@@ -1,0 +1,201 @@
+"""Host environments: Gymnasium continuous-control envs vectorized with ``gymnasium.vector``.
+
+Agents act in ``[-1, 1]``; ``HostEnv`` rescales to the env's bounds, returns the true final
+observation of finished episodes (for bootstrapping) and can save/restore MuJoCo physics, RNG and
+time-limit state so that a resumed run continues exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+EnvFactory = Callable[[], gym.Env]
+
+
+class EnvError(ValueError):
+    """An environment id or space is unusable; the message says why and what to use instead."""
+
+
+def _resolve_factory(env_id: str) -> EnvFactory:
+    if ":" in env_id and env_id.split(":", 1)[0] in ("jax", "brax"):
+        raise EnvError(
+            f"Environment {env_id!r}: JAX simulators (brax:, jax:) are not available in this "
+            "version of jaxrl; use a Gymnasium id such as 'Pendulum-v1' or 'HalfCheetah-v5'."
+        )
+    try:
+        gym.spec(env_id)
+    except gym.error.Error as err:
+        close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=3, cutoff=0.6)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise EnvError(
+            f"Unknown environment id {env_id!r} ({err}).{hint} Run "
+            '`python -c "import gymnasium; print(list(gymnasium.registry))"` to list ids.'
+        ) from None
+    return lambda: gym.make(env_id)
+
+
+def check_spaces(env_id: str, env: gym.Env) -> None:
+    """Raise ``EnvError`` unless the env has flat Box observations and bounded Box actions."""
+    act, obs = env.action_space, env.observation_space
+    if not isinstance(act, gym.spaces.Box):
+        raise EnvError(
+            f"Environment {env_id!r} has a {type(act).__name__} action space; jaxrl agents need "
+            "continuous (Box) actions. Use a continuous-control env such as 'Pendulum-v1'."
+        )
+    if not (np.all(np.isfinite(act.low)) and np.all(np.isfinite(act.high))):
+        raise EnvError(f"Environment {env_id!r} has unbounded actions; wrap it with bounds.")
+    if not isinstance(obs, gym.spaces.Box) or len(obs.shape) != 1:
+        raise EnvError(
+            f"Environment {env_id!r} has observation space {obs}; jaxrl needs a flat Box. Wrap it "
+            "with gymnasium.wrappers.FlattenObservation."
+        )
+
+
+class HostEnv:
+    """``num_envs`` copies of a Gymnasium env in a ``SyncVectorEnv`` (same-step autoreset).
+
+    Attributes:
+        env_id: the Gymnasium id (or a label when built from a factory).
+        num_envs: number of parallel copies.
+        obs_dim / action_dim: flat observation and action sizes.
+    """
+
+    def __init__(self, env_id: str, num_envs: int = 1, factory: EnvFactory | None = None):
+        if num_envs <= 0:
+            raise EnvError(f"num_envs must be positive, got {num_envs}.")
+        factory = factory or _resolve_factory(env_id)
+        self.env_id, self.num_envs = env_id, num_envs
+        self.vec = gym.vector.SyncVectorEnv(
+            [factory for _ in range(num_envs)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+        )
+        try:
+            check_spaces(env_id, self.vec.envs[0])
+        except EnvError:
+            self.vec.close()
+            raise
+        space = self.vec.single_action_space
+        self._low, self._high = space.low.astype(np.float64), space.high.astype(np.float64)
+        self.obs_dim = int(self.vec.single_observation_space.shape[0])
+        self.action_dim = int(space.shape[0])
+        self._obs: np.ndarray | None = None
+
+    @property
+    def obs_example(self) -> np.ndarray:
+        """A zero observation (float32) for initializing networks."""
+        return np.zeros(self.obs_dim, np.float32)
+
+    @property
+    def action_example(self) -> np.ndarray:
+        """A zero action (float32) for initializing networks."""
+        return np.zeros(self.action_dim, np.float32)
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Reset every copy (copy ``i`` is seeded with ``seed + i``); returns ``[N, obs_dim]``."""
+        obs, _ = self.vec.reset(seed=seed)
+        self._obs = obs.astype(np.float32)
+        return self._obs
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Step with normalized actions in [-1, 1].
+
+        Returns:
+            ``(next_obs, obs, reward, terminated, truncated)`` where ``next_obs`` is the true
+            successor of the previous observation (the final observation where an episode ended)
+            and ``obs`` is what the agent sees next (a fresh reset observation there).
+        """
+        action = np.clip(np.asarray(action, np.float64), -1.0, 1.0)
+        scaled = self._low + 0.5 * (action + 1.0) * (self._high - self._low)
+        obs, reward, terminated, truncated, info = self.vec.step(scaled)
+        obs = obs.astype(np.float32)
+        next_obs = obs.copy()
+        if "_final_obs" in info:
+            for i in np.flatnonzero(info["_final_obs"]):
+                next_obs[i] = info["final_obs"][i]
+        self._obs = obs
+        return (
+            next_obs,
+            obs,
+            reward.astype(np.float32),
+            terminated.astype(bool),
+            truncated.astype(bool),
+        )
+
+    # -------------------------------------------------------------------- savable simulator state
+
+    @property
+    def savable(self) -> bool:
+        """True when the exact simulator state can be saved (MuJoCo-based Gymnasium envs)."""
+        return all(_mujoco_parts(e) is not None for e in self.vec.envs)
+
+    def get_state(self) -> dict[str, Any] | None:
+        """JSON-serializable state of every copy, or None when the env cannot be saved exactly."""
+        if not self.savable or self._obs is None:
+            return None
+        import mujoco
+
+        envs = []
+        for e in self.vec.envs:
+            model, data = _mujoco_parts(e)
+            spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+            physics = np.empty(mujoco.mj_stateSize(model, spec), np.float64)
+            mujoco.mj_getState(model, data, physics, spec)
+            envs.append(
+                {
+                    "physics": physics.tolist(),
+                    "ctrl": data.ctrl.tolist(),
+                    "np_random": e.unwrapped.np_random.bit_generator.state,
+                    "elapsed_steps": _time_limit(e)._elapsed_steps if _time_limit(e) else None,
+                }
+            )
+        return {"envs": envs, "obs": self._obs.tolist()}
+
+    def set_state(self, state: dict[str, Any]) -> np.ndarray:
+        """Restore a state from ``get_state`` (after ``reset``); returns the current observation."""
+        import mujoco
+
+        if len(state["envs"]) != self.num_envs:
+            raise EnvError(
+                f"Saved state has {len(state['envs'])} envs but this run has {self.num_envs}; "
+                "resume with the same --num-envs."
+            )
+        for e, s in zip(self.vec.envs, state["envs"], strict=True):
+            model, data = _mujoco_parts(e)
+            physics = np.asarray(s["physics"], np.float64)
+            mujoco.mj_setState(model, data, physics, mujoco.mjtState.mjSTATE_FULLPHYSICS)
+            data.ctrl[:] = s["ctrl"]
+            mujoco.mj_forward(model, data)
+            e.unwrapped.np_random.bit_generator.state = s["np_random"]
+            if s["elapsed_steps"] is not None:
+                _time_limit(e)._elapsed_steps = s["elapsed_steps"]
+        self._obs = np.asarray(state["obs"], np.float32)
+        return self._obs
+
+    def close(self) -> None:
+        """Close the underlying simulators."""
+        self.vec.close()
+
+
+def _mujoco_parts(env: gym.Env) -> tuple[Any, Any] | None:
+    u = env.unwrapped
+    model, data = getattr(u, "model", None), getattr(u, "data", None)
+    if model is None or data is None or type(model).__name__ != "MjModel":
+        return None
+    return model, data
+
+
+def _time_limit(env: gym.Env) -> gym.wrappers.TimeLimit | None:
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.TimeLimit):
+            return env
+        env = env.env
+    return None
+
+
+def make_env(env_id: str, num_envs: int = 1, factory: EnvFactory | None = None) -> HostEnv:
+    """Build a ``HostEnv`` from a Gymnasium id (validated, with suggestions for typos)."""
+    return HostEnv(env_id, num_envs, factory)

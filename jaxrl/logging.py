@@ -1,0 +1,181 @@
+"""Run-directory logging: metrics.csv, TensorBoard, optional wandb, learning-curve plot, summary.
+
+The run-directory layout is a contract (DESIGN.md): ``config.json``, ``metrics.csv`` (columns
+``step`` and ``eval_return`` at eval points), ``summary.json``, ``checkpoints/``, TensorBoard event
+files and ``learning_curve.png``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and an atomic rename."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_json(path: str, obj: Any) -> None:
+    """Atomically write ``obj`` as indented JSON."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    return str(x)
+
+
+def read_metrics(path: str) -> list[dict[str, float]]:
+    """Rows of a metrics.csv as dicts of floats (empty cells are dropped)."""
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
+
+
+class RunLogger:
+    """Writes one run directory's metrics to CSV, TensorBoard and (opt-in) wandb.
+
+    Args:
+        out_dir: the run directory.
+        tensorboard: write TensorBoard event files.
+        wandb_project: if set, also log to this wandb project (requires ``pip install wandb``).
+        run_name: name shown in wandb.
+        config: the run's config, sent to wandb.
+    """
+
+    def __init__(
+        self,
+        out_dir: str,
+        tensorboard: bool = True,
+        wandb_project: str | None = None,
+        run_name: str | None = None,
+        config: dict[str, Any] | None = None,
+    ):
+        os.makedirs(out_dir, exist_ok=True)
+        self.out_dir = out_dir
+        self.csv_path = os.path.join(out_dir, "metrics.csv")
+        self.rows: list[dict[str, float]] = read_metrics(self.csv_path)
+        self._tensorboard = tensorboard
+        self._tb = None
+        self._wandb = None
+        if wandb_project:
+            try:
+                import wandb
+            except ImportError as err:
+                raise ImportError(
+                    "wandb logging was requested: pip install 'jaxrl[wandb]'"
+                ) from err
+            self._wandb = wandb.init(
+                project=wandb_project,
+                name=run_name,
+                config=config,
+                dir=out_dir,
+                id=run_name,
+                resume="allow",
+            )
+
+    def truncate(self, step: int) -> None:
+        """Drop rows logged after ``step`` (used when resuming from an earlier checkpoint)."""
+        self.rows = [r for r in self.rows if r["step"] <= step]
+        self._write_csv()
+        if self._tensorboard:
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(self.out_dir, purge_step=step + 1)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Record ``metrics`` at ``step`` (merged into the row of the same step if present)."""
+        clean = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(v)}
+        if self.rows and self.rows[-1]["step"] == step:
+            self.rows[-1].update(clean)
+        else:
+            self.rows.append({"step": float(step), **clean})
+        self._write_csv()
+        if self._tensorboard:
+            if self._tb is None:
+                from tensorboardX import SummaryWriter
+
+                self._tb = SummaryWriter(self.out_dir)
+            for k, v in clean.items():
+                self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(clean, step=step)
+
+    def _write_csv(self) -> None:
+        keys = ["step"]
+        if any("eval_return" in r for r in self.rows):
+            keys.append("eval_return")
+        for row in self.rows:
+            keys += [k for k in row if k not in keys]
+        lines = [",".join(keys)]
+        for row in self.rows:
+            cells = [_fmt(row[k]) if k in row else "" for k in keys]
+            lines.append(",".join(cells))
+        atomic_write_text(self.csv_path, "\n".join(lines) + "\n")
+
+    def plot(self, title: str = "") -> str:
+        """Write ``learning_curve.png`` (eval return against env steps); returns its path."""
+        return plot_learning_curves(
+            {title or "eval": self.csv_path},
+            os.path.join(self.out_dir, "learning_curve.png"),
+            title,
+        )
+
+    def close(self) -> None:
+        """Flush and close writers."""
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _fmt(v: float) -> str:
+    if float(v).is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return repr(float(v))
+
+
+def plot_learning_curves(curves: dict[str, str], out_png: str, title: str = "") -> str:
+    """Plot eval return against steps for each ``label -> metrics.csv`` into ``out_png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, path in curves.items():
+        rows = [r for r in read_metrics(path) if "eval_return" in r]
+        if not rows:
+            continue
+        steps = np.array([r["step"] for r in rows])
+        mean = np.array([r["eval_return"] for r in rows])
+        ax.plot(steps, mean, marker="o", label=label)
+        if all("eval_return_std" in r for r in rows):
+            std = np.array([r["eval_return_std"] for r in rows])
+            ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("eval return")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if len(curves) > 1:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return out_png

@@ -1,0 +1,147 @@
+"""Network modules shared by every agent: MLPs, Q ensembles and actor heads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax.training.train_state import TrainState
+
+from jaxrl.distributions import TanhNormal
+
+default_init = nn.initializers.xavier_uniform
+
+
+class MLP(nn.Module):
+    """Multi-layer perceptron with optional LayerNorm after each hidden Dense layer.
+
+    Attributes:
+        hidden_dims: widths of the layers; the last one is the output width.
+        activation: nonlinearity between layers.
+        layer_norm: apply LayerNorm before each hidden activation (RLPD / ReBRAC critics).
+        activate_final: also apply norm and activation after the last layer.
+    """
+
+    hidden_dims: Sequence[int]
+    activation: Callable[[jax.Array], jax.Array] = nn.relu
+    layer_norm: bool = False
+    activate_final: bool = False
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """Apply the MLP to ``x`` of shape ``[..., in_dim]``."""
+        for i, width in enumerate(self.hidden_dims):
+            x = nn.Dense(width, kernel_init=default_init())(x)
+            if i + 1 < len(self.hidden_dims) or self.activate_final:
+                if self.layer_norm:
+                    x = nn.LayerNorm()(x)
+                x = self.activation(x)
+        return x
+
+
+class QNetwork(nn.Module):
+    """State-action value ``Q(s, a)`` as an MLP on the concatenated input; returns ``[...]``."""
+
+    hidden_dims: Sequence[int] = (256, 256)
+    layer_norm: bool = False
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        """Q-value of each (obs, action) row."""
+        x = jnp.concatenate([obs, action], axis=-1)
+        return MLP((*self.hidden_dims, 1), layer_norm=self.layer_norm)(x)[..., 0]
+
+
+def ensemble(module_cls: type[nn.Module], num: int) -> type[nn.Module]:
+    """Return ``module_cls`` replicated ``num`` times with independent parameters (``nn.vmap``).
+
+    Inputs are shared across members; outputs gain a leading axis of size ``num``.
+    """
+    return nn.vmap(
+        module_cls,
+        variable_axes={"params": 0},
+        split_rngs={"params": True},
+        in_axes=None,
+        out_axes=0,
+        axis_size=num,
+    )
+
+
+class EnsembleQ(nn.Module):
+    """``num_qs`` independent Q-networks in one vmapped call; returns ``[num_qs, ...]``."""
+
+    hidden_dims: Sequence[int] = (256, 256)
+    num_qs: int = 2
+    layer_norm: bool = False
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        """Q-values of every ensemble member."""
+        qs = ensemble(QNetwork, self.num_qs)(self.hidden_dims, self.layer_norm)
+        return qs(obs, action)
+
+
+class TanhGaussianActor(nn.Module):
+    """Gaussian policy squashed by tanh with a state-dependent standard deviation.
+
+    The log-std is mapped smoothly into ``[log_std_min, log_std_max]`` with a tanh, which keeps
+    its gradient alive at the bounds (a hard clip would not).
+    """
+
+    action_dim: int
+    hidden_dims: Sequence[int] = (256, 256)
+    log_std_min: float = -5.0
+    log_std_max: float = 2.0
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, temperature: float = 1.0) -> TanhNormal:
+        """Action distribution for ``obs``; ``temperature`` scales the standard deviation."""
+        h = MLP(self.hidden_dims, activate_final=True)(obs)
+        mean = nn.Dense(self.action_dim, kernel_init=default_init())(h)
+        log_std = nn.Dense(self.action_dim, kernel_init=default_init())(h)
+        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (
+            jnp.tanh(log_std) + 1.0
+        )
+        return TanhNormal(mean, jnp.exp(log_std) * temperature)
+
+
+class DeterministicActor(nn.Module):
+    """Deterministic policy ``a = tanh(MLP(s))`` in ``[-1, 1]`` (TD3, TD3+BC)."""
+
+    action_dim: int
+    hidden_dims: Sequence[int] = (256, 256)
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        """Action for ``obs``."""
+        return jnp.tanh(MLP((*self.hidden_dims, self.action_dim))(obs))
+
+
+class Temperature(nn.Module):
+    """Learnable entropy temperature ``alpha = exp(log_alpha)`` (SAC automatic tuning)."""
+
+    initial_value: float = 1.0
+
+    @nn.compact
+    def __call__(self) -> jax.Array:
+        """Current temperature."""
+        log_alpha = self.param(
+            "log_alpha", lambda _: jnp.full((), jnp.log(self.initial_value), jnp.float32)
+        )
+        return jnp.exp(log_alpha)
+
+
+def make_train_state(
+    module: nn.Module, key: jax.Array, learning_rate: float, *example_inputs: jax.Array
+) -> TrainState:
+    """Initialize ``module`` and an Adam optimizer whose learning rate is a pytree leaf.
+
+    ``optax.inject_hyperparams`` keeps the learning rate in the optimizer state, so a vmapped
+    sweep over learning rates compiles once.
+    """
+    params = module.init(key, *example_inputs)
+    tx = optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate)
+    return TrainState.create(apply_fn=module.apply, params=params, tx=tx)

@@ -1,0 +1,1 @@
+"""Offline datasets and agents (see the offline-RL issue)."""

@@ -1,0 +1,352 @@
+"""The host training loop (Gymnasium envs) and evaluation, shared by every agent.
+
+Per environment step the loop makes one jitted call to act and one to add the transition to the
+device-resident replay buffer and run ``utd_ratio * num_envs`` fused updates (``lax.scan``). The
+buffer and agent are donated to that call, so nothing is copied between host and device except
+the new transition and the action.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import time
+from collections import deque
+from functools import partial
+from typing import Any
+
+import jax
+import numpy as np
+from flax import struct
+
+from jaxrl.buffers import BufferState, buffer_add, buffer_sample, make_replay_buffer
+from jaxrl.checkpoint import Checkpointer
+from jaxrl.config import check_positive, check_range, config_to_dict
+from jaxrl.envs.gym import HostEnv
+from jaxrl.logging import RunLogger, write_json
+from jaxrl.types import Transition
+
+
+@partial(dataclasses.dataclass, frozen=True)
+class TrainConfig:
+    """Options of the training loop (the agent's hyperparameters live in its own config)."""
+
+    env: str = "Pendulum-v1"
+    """Environment id, e.g. 'HalfCheetah-v5' (Gymnasium)."""
+    total_steps: int = 100_000
+    """Environment steps to train for (summed over parallel envs)."""
+    seed: int = 0
+    """Seed of the agent, the environments and the loop."""
+    num_envs: int = 1
+    """Parallel environment copies (gymnasium.vector)."""
+    out: str | None = None
+    """Run directory (default runs/<agent>-<env>-s<seed>); resumes if it has a checkpoint."""
+    eval_every: int = 10_000
+    """Evaluate the deterministic policy every this many environment steps."""
+    eval_episodes: int = 10
+    """Episodes per evaluation (run in parallel, one per eval env copy)."""
+    log_every: int = 1_000
+    """Log training metrics every this many environment steps."""
+    checkpoint_every: int | None = None
+    """Checkpoint every this many environment steps; default = eval_every."""
+    progress: bool = True
+    """Show a progress bar."""
+    tensorboard: bool = True
+    """Write TensorBoard event files."""
+    wandb_project: str | None = None
+    """Also log to this wandb project (opt-in; needs the wandb extra)."""
+
+    def __post_init__(self) -> None:
+        check_positive(
+            self,
+            "total_steps",
+            "num_envs",
+            "eval_every",
+            "eval_episodes",
+            "log_every",
+            "checkpoint_every",
+        )
+        check_range(self, "seed", 0, 2**31 - 1)
+
+
+class LoopState(struct.PyTreeNode):
+    """Device-side loop state (what a checkpoint stores): agent, replay buffer, update RNG."""
+
+    agent: Any
+    buffer: BufferState
+    rng: jax.Array
+
+
+def _update_step(
+    agent: Any, rng: jax.Array, buffer: BufferState, *, num_updates: int, batch_size: int
+) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+    """Run ``num_updates`` gradient steps under ``lax.scan`` on minibatches from ``buffer``.
+
+    The buffer is a read-only argument here and is written only by the separate ``buffer_add``
+    call: when one XLA program both writes the donated buffer in place and gathers minibatches
+    from it, XLA inserts full copies of the buffer (measured: 8 ms -> 40-70 ms per step with
+    1M rows on CPU).
+    """
+    rng, key = jax.random.split(rng)
+    batches = buffer_sample(buffer, key, num_updates * batch_size)
+    batches = jax.tree.map(lambda x: x.reshape(num_updates, batch_size, *x.shape[1:]), batches)
+    agent, infos = jax.lax.scan(lambda a, b: a.update(b), agent, batches)
+    return agent, rng, jax.tree.map(lambda x: x[-1], infos)
+
+
+def evaluate(agent: Any, env: HostEnv, seed: int, act_fn: Any = None) -> np.ndarray:
+    """Run one deterministic episode in each copy of ``env``; returns the ``[num_envs]`` returns.
+
+    Every copy is reset with a fixed seed, so an evaluation depends only on the agent's parameters.
+    """
+    act_fn = act_fn or jax.jit(lambda a, o: a.eval_actions(o))
+    obs = env.reset(seed=seed)
+    returns = np.zeros(env.num_envs)
+    running = np.ones(env.num_envs, bool)
+    while running.any():
+        action = np.asarray(act_fn(agent, obs))
+        _, obs, reward, terminated, truncated = env.step(action)
+        returns += reward * running
+        running &= ~(terminated | truncated)
+    return returns
+
+
+def _crossed(step: int, n: int, every: int, total: int) -> bool:
+    """True when the last ``n`` steps (ending at ``step``) crossed a multiple of ``every``."""
+    return step % every < n or step >= total
+
+
+class _StopFlag:
+    """Turns SIGINT/SIGTERM into a flag checked between steps, so state is saved consistently."""
+
+    def __init__(self) -> None:
+        self.raised = False
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopFlag:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not in the main thread: keep default handling
+                pass
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.raised:  # a second Ctrl-C stops at once
+            raise KeyboardInterrupt
+        self.raised = True
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+
+def run_config(agent_name: str, agent_config: Any, cfg: TrainConfig) -> dict[str, Any]:
+    """The resolved config recorded in ``config.json``."""
+    import flax
+    import gymnasium
+
+    return {
+        "agent": agent_name,
+        "env": cfg.env,
+        "dataset": None,
+        "seed": cfg.seed,
+        "train": config_to_dict(cfg),
+        "agent_config": config_to_dict(agent_config),
+        "versions": {
+            "jax": jax.__version__,
+            "flax": flax.__version__,
+            "gymnasium": gymnasium.__version__,
+        },
+    }
+
+
+def prepare_run_dir(out: str, config: dict[str, Any]) -> None:
+    """Create ``out`` and write ``config.json``; refuse to resume a run with another config."""
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "config.json")
+    config = json.loads(json.dumps(config))  # tuples -> lists, as they are stored
+    if os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+        ignore = {"total_steps", "progress", "out", "wandb_project", "tensorboard"}
+        for section in ("agent", "env", "seed", "agent_config", "train"):
+            a, b = old.get(section), config.get(section)
+            if isinstance(a, dict) and isinstance(b, dict):
+                diff = [k for k in set(a) | set(b) if k not in ignore and a.get(k) != b.get(k)]
+            else:
+                diff = [] if a == b else [section]
+            if diff:
+                raise ValueError(
+                    f"{out} holds a run with a different configuration ({section}: "
+                    f"{', '.join(sorted(map(str, diff)))}). Use a new --out directory, or the "
+                    "same options as before to resume."
+                )
+    write_json(path, config)
+
+
+def train_host(
+    agent: Any,
+    env: HostEnv,
+    eval_env: HostEnv,
+    cfg: TrainConfig,
+    out: str,
+    agent_name: str = "agent",
+) -> dict[str, Any]:
+    """Train ``agent`` online on host envs, resuming from ``out/checkpoints`` if present.
+
+    Args:
+        agent: a freshly created agent (its config gives batch_size, utd_ratio, buffer_size and
+            learning_starts).
+        env: training envs (``cfg.num_envs`` copies).
+        eval_env: evaluation envs (``cfg.eval_episodes`` copies).
+        cfg: loop options.
+        out: run directory (config.json must already be there, see ``prepare_run_dir``).
+        agent_name: name recorded in summary.json.
+
+    Returns:
+        The summary written to ``out/summary.json``.
+    """
+    acfg = agent.config
+    n = env.num_envs
+    buffer = make_replay_buffer(acfg.buffer_size)
+    example = Transition(
+        env.obs_example, env.action_example, np.float32(0), env.obs_example, np.float32(0)
+    )
+    state = LoopState(agent, buffer.init(example), jax.random.key(cfg.seed + 1))
+    act_key = jax.random.key(cfg.seed + 2)
+    np_rng = np.random.default_rng(cfg.seed)
+    obs = env.reset(seed=cfg.seed)
+    step, ep_return, ep_length = 0, np.zeros(n), np.zeros(n, np.int64)
+    recent: deque[float] = deque(maxlen=20)
+    logger = RunLogger(out, cfg.tensorboard, cfg.wandb_project, os.path.basename(out))
+    ckpt = Checkpointer(os.path.join(out, "checkpoints"))
+
+    if ckpt.latest_step() is not None:
+        state, meta = ckpt.restore(state)
+        step = int(meta["step"])
+        np_rng.bit_generator.state = meta["np_rng"]
+        ep_return, ep_length = np.array(meta["ep_return"]), np.array(meta["ep_length"], np.int64)
+        recent.extend(meta["recent_returns"])
+        if meta.get("env_state") is not None and env.savable:
+            obs = env.set_state(meta["env_state"])
+        else:
+            ep_return[:], ep_length[:] = 0.0, 0
+            print(
+                f"Resumed at step {step}: {env.env_id} cannot save its simulator state, so the "
+                "interrupted episodes restart from a reset (the run is not bit-identical)."
+            )
+        logger.truncate(step)
+        print(f"Resuming {out} from step {step}.")
+    else:
+        logger.truncate(0)
+
+    def save() -> None:
+        meta = {
+            "step": step,
+            "np_rng": np_rng.bit_generator.state,
+            "ep_return": ep_return.tolist(),
+            "ep_length": ep_length.tolist(),
+            "recent_returns": list(recent),
+            "env_state": env.get_state(),
+        }
+        ckpt.save(step, state, meta)
+
+    num_updates = acfg.utd_ratio * n
+    update_fn = jax.jit(
+        partial(_update_step, num_updates=num_updates, batch_size=acfg.batch_size),
+        donate_argnums=(0, 1),
+    )
+    add_fn = jax.jit(buffer_add, donate_argnums=0)
+    act_fn = jax.jit(lambda a, o, k, t: a.sample_actions(o, jax.random.fold_in(k, t)))
+    eval_fn = jax.jit(lambda a, o: a.eval_actions(o))
+    ckpt_every = cfg.checkpoint_every or cfg.eval_every
+    start_step, start_time, updates = step, time.perf_counter(), 0
+    last_log = (step, start_time)
+    info: dict[str, Any] = {}
+    evals = [r for r in logger.rows if "eval_return" in r]
+    last_eval = (
+        (evals[-1]["eval_return"], evals[-1].get("eval_return_std", float("nan")))
+        if evals
+        else (float("nan"), float("nan"))
+    )
+    bar = None
+    if cfg.progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=cfg.total_steps, initial=step, unit="step", dynamic_ncols=True)
+
+    with _StopFlag() as stop:
+        while step < cfg.total_steps and not stop.raised:
+            if step < acfg.learning_starts:
+                action = np_rng.uniform(-1.0, 1.0, (n, env.action_dim)).astype(np.float32)
+            else:
+                action = np.asarray(act_fn(state.agent, obs, act_key, step))
+            next_obs, new_obs, reward, terminated, truncated = env.step(action)
+            transition = Transition(obs, action, reward, next_obs, terminated.astype(np.float32))
+            state = state.replace(buffer=add_fn(state.buffer, transition))
+            if step >= acfg.learning_starts:
+                agent_, rng_, info = update_fn(state.agent, state.rng, state.buffer)
+                state = state.replace(agent=agent_, rng=rng_)
+                updates += num_updates
+            obs = new_obs
+            step += n
+            ep_return += reward
+            ep_length += 1
+            for i in np.flatnonzero(terminated | truncated):
+                recent.append(float(ep_return[i]))
+                ep_return[i], ep_length[i] = 0.0, 0
+            if bar is not None:
+                bar.update(n)
+
+            at_eval = _crossed(step, n, cfg.eval_every, cfg.total_steps)
+            if at_eval or _crossed(step, n, cfg.log_every, cfg.total_steps):
+                now = time.perf_counter()
+                row = {k: float(v) for k, v in jax.device_get(info).items()}
+                if recent:
+                    row["train/episode_return"] = float(np.mean(recent))
+                # Rate over the last log interval (evaluation time excluded).
+                row["time/env_steps_per_s"] = (step - last_log[0]) / max(now - last_log[1], 1e-9)
+                if at_eval:
+                    returns = evaluate(state.agent, eval_env, cfg.seed + 10_000, eval_fn)
+                    last_eval = (float(returns.mean()), float(returns.std()))
+                    row["eval_return"], row["eval_return_std"] = last_eval
+                logger.log(step, row)
+                last_log = (step, time.perf_counter())
+                if bar is not None:
+                    bar.set_postfix(
+                        sps=f"{row['time/env_steps_per_s']:.0f}",
+                        eval=f"{last_eval[0]:.1f}",
+                        refresh=False,
+                    )
+            if _crossed(step, n, ckpt_every, cfg.total_steps):
+                save()
+        if stop.raised:
+            save()
+    if bar is not None:
+        bar.close()
+    wall = time.perf_counter() - start_time
+    logger.plot(f"{agent_name} on {cfg.env}")
+    logger.close()
+    if step < cfg.total_steps:
+        print(f"Stopped at step {step}; checkpoint saved. Rerun the same command to resume.")
+    summary = {
+        "agent": agent_name,
+        "env": cfg.env,
+        "seed": cfg.seed,
+        "total_steps": step,
+        "final_eval_return_mean": last_eval[0] if step >= cfg.total_steps else None,
+        "final_eval_return_std": last_eval[1] if step >= cfg.total_steps else None,
+        "normalized_score": None,
+        "wall_clock_s": wall,
+        "env_steps_per_s": (step - start_step) / max(wall, 1e-9),
+        "updates_per_s": updates / max(wall, 1e-9),
+        "completed": step >= cfg.total_steps,
+    }
+    write_json(os.path.join(out, "summary.json"), summary)
+    return summary
+
+
+__all__ = ["LoopState", "TrainConfig", "evaluate", "prepare_run_dir", "run_config", "train_host"]

@@ -1,0 +1,334 @@
+"""The host training loop: true transitions in the buffer, bootstrapping on truncation, resume
+that is bit-identical to an uninterrupted run, and the run-directory contract."""
+
+import json
+import os
+import signal
+
+import gymnasium as gym
+import jax
+import numpy as np
+import pytest
+
+from jaxrl.agents import AGENTS
+from jaxrl.buffers import make_replay_buffer
+from jaxrl.checkpoint import Checkpointer
+from jaxrl.cli import main, train
+from jaxrl.envs import HostEnv, make_env
+from jaxrl.logging import read_metrics
+from jaxrl.training import LoopState, TrainConfig
+from jaxrl.types import Transition
+
+
+class CounterEnv(gym.Env):
+    """obs = [steps since reset, episode id]; terminates when action > 0.5; time limit 4."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self):
+        self.episode, self.t = -1, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.episode, self.t = self.episode + 1, 0
+        return self._obs(), {}
+
+    def _obs(self):
+        return np.array([self.t, self.episode], np.float32)
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), 1.0, bool(action[0] > 0.5), False, {}
+
+
+class ConstantEnv(gym.Env):
+    """Reward 1 forever, constant observation; only a time limit (10 steps) ends episodes."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, np.float32), 1.0, False, False, {}
+
+
+gym.register("JaxrlTest/Counter-v0", entry_point=CounterEnv, max_episode_steps=4)
+gym.register("JaxrlTest/Constant-v0", entry_point=ConstantEnv, max_episode_steps=10)
+
+
+def _run(name, env, out, steps, **agent_kw):
+    train_kw = agent_kw.pop("train", {})
+    _, config_cls = AGENTS[name]
+    cfg = config_cls(**{"hidden_dims": (32, 32), **agent_kw})
+    run = TrainConfig(
+        env=env,
+        total_steps=steps,
+        seed=0,
+        out=str(out),
+        progress=False,
+        tensorboard=False,
+        **{"eval_every": steps, "eval_episodes": 2, **train_kw},
+    )
+    return train(name, run, cfg)
+
+
+def _restore_state(out, name="sac", env_id="JaxrlTest/Counter-v0", **agent_kw):
+    agent_cls, config_cls = AGENTS[name]
+    cfg = config_cls(**{"hidden_dims": (32, 32), **agent_kw})
+    env = make_env(env_id)
+    agent = agent_cls.create(cfg, env.obs_example, env.action_example, 0)
+    ex = Transition(
+        env.obs_example, env.action_example, np.float32(0), env.obs_example, np.float32(0)
+    )
+    template = LoopState(agent, make_replay_buffer(cfg.buffer_size).init(ex), jax.random.key(0))
+    return Checkpointer(os.path.join(out, "checkpoints")).restore(template)
+
+
+def test_host_env_returns_final_observation_not_reset_observation():
+    env = HostEnv("JaxrlTest/Counter-v0", num_envs=3)
+    obs = env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    n_trunc = n_term = 0
+    for _ in range(40):
+        action = rng.uniform(-1, 1, (3, 1)).astype(np.float32)
+        next_obs, new_obs, reward, term, trunc = env.step(action)
+        np.testing.assert_array_equal(next_obs[:, 0], obs[:, 0] + 1)  # a real successor ...
+        np.testing.assert_array_equal(next_obs[:, 1], obs[:, 1])  # ... of the same episode
+        np.testing.assert_array_equal(term, action[:, 0] > 0.5)
+        np.testing.assert_array_equal(trunc & ~term, (next_obs[:, 0] == 4) & ~term)
+        done = term | trunc
+        np.testing.assert_array_equal(new_obs[done, 0], 0)  # the agent sees the reset obs
+        n_trunc, n_term = n_trunc + (trunc & ~term).sum(), n_term + term.sum()
+        obs = new_obs
+    assert n_trunc > 5 and n_term > 5
+
+
+def test_buffer_holds_only_real_transitions(tmp_path):
+    out = tmp_path / "run"
+    _run(
+        "sac",
+        "JaxrlTest/Counter-v0",
+        out,
+        300,
+        learning_starts=10_000,
+        buffer_size=1000,
+        train={"num_envs": 2},
+    )
+    state, meta = _restore_state(out, buffer_size=1000, learning_starts=10_000)
+    assert meta["step"] == 300
+    data = jax.tree.map(np.asarray, state.buffer.data)
+    size = int(state.buffer.size)
+    assert size == 300
+    obs, nxt = data.obs[:size], data.next_obs[:size]
+    np.testing.assert_array_equal(nxt[:, 0], obs[:, 0] + 1)
+    np.testing.assert_array_equal(nxt[:, 1], obs[:, 1])
+    np.testing.assert_array_equal(data.terminal[:size], (data.action[:size, 0] > 0.5))
+    # truncated (time-limit) rows are stored with terminal = 0, so they are bootstrapped
+    truncated = (nxt[:, 0] == 4) & (data.action[:size, 0] <= 0.5)
+    assert truncated.sum() > 5 and (data.terminal[:size][truncated] == 0).all()
+
+
+@pytest.mark.slow
+def test_truncation_is_bootstrapped(tmp_path):
+    # With gamma = 0.9 and reward 1 forever, Q = 1 / (1 - 0.9) = 10 when time-limit truncation is
+    # bootstrapped; treating it as termination would give ~4.1 (the average over episode time).
+    _run(
+        "td3",
+        "JaxrlTest/Constant-v0",
+        tmp_path / "r",
+        3000,
+        discount=0.9,
+        critic_lr=1e-3,
+        tau=0.1,
+        learning_starts=200,
+        buffer_size=5000,
+        train={"log_every": 500},
+    )
+    q = [r["critic/q_mean"] for r in read_metrics(str(tmp_path / "r" / "metrics.csv"))]
+    assert 8.5 < q[-1] < 11.5, q
+
+
+def _metrics_without_timing(out):
+    rows = read_metrics(os.path.join(out, "metrics.csv"))
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+RESUME_KW = dict(
+    learning_starts=200,
+    buffer_size=5000,
+    train={"eval_every": 400, "log_every": 100, "checkpoint_every": 250},
+)
+
+
+@pytest.mark.slow
+def test_resume_is_bit_identical_on_mujoco(tmp_path, monkeypatch):
+    env_id = "InvertedPendulum-v5"
+    full, split, killed = tmp_path / "full", tmp_path / "split", tmp_path / "killed"
+    _run("sac", env_id, full, 1200, **_copy(RESUME_KW))
+    # (1) stop at a checkpoint boundary, then continue with a larger budget
+    _run("sac", env_id, split, 800, **_copy(RESUME_KW))  # a final step evaluates: pick 2 x 400
+    _run("sac", env_id, split, 1200, **_copy(RESUME_KW))
+    # (2) Ctrl-C in the middle of an episode, between checkpoints
+    original, calls = HostEnv.step, {"n": 0}
+
+    def step_and_interrupt(self, action):
+        if self.num_envs == 1:
+            calls["n"] += 1
+            if calls["n"] == 613:
+                os.kill(os.getpid(), signal.SIGINT)
+        return original(self, action)
+
+    monkeypatch.setattr(HostEnv, "step", step_and_interrupt)
+    summary = _run("sac", env_id, killed, 1200, **_copy(RESUME_KW))
+    assert not summary["completed"] and summary["total_steps"] == 613
+    monkeypatch.setattr(HostEnv, "step", original)
+    _run("sac", env_id, killed, 1200, **_copy(RESUME_KW))
+
+    want = _metrics_without_timing(full)
+    assert len(want) == 12 and sum("eval_return" in r for r in want) == 3
+    assert _metrics_without_timing(split) == want
+    assert _metrics_without_timing(killed) == want
+
+
+def _copy(kw):
+    return {**kw, "train": dict(kw["train"])}
+
+
+def test_resume_of_unsavable_env_says_episodes_restart(tmp_path, capsys):
+    out = tmp_path / "p"
+    _run(
+        "sac",
+        "Pendulum-v1",
+        out,
+        150,
+        learning_starts=100,
+        buffer_size=1000,
+        train={"eval_every": 150},
+    )
+    summary = _run(
+        "sac",
+        "Pendulum-v1",
+        out,
+        250,
+        learning_starts=100,
+        buffer_size=1000,
+        train={"eval_every": 150},
+    )
+    assert summary["completed"] and summary["total_steps"] == 250
+    text = capsys.readouterr().out
+    assert "Resuming" in text and "restart" in text
+
+
+def test_cli_run_directory_contract_eval_and_corrupt_checkpoint(tmp_path, capsys):
+    out = str(tmp_path / "run")
+    args = [
+        "train",
+        "sac",
+        "--env",
+        "Pendulum-v1",
+        "--total-steps",
+        "300",
+        "--out",
+        out,
+        "--eval-every",
+        "150",
+        "--eval-episodes",
+        "2",
+        "--learning-starts",
+        "100",
+        "--hidden-dims",
+        "32",
+        "32",
+        "--buffer-size",
+        "1000",
+        "--no-progress",
+    ]
+    main(args)
+    assert "final eval return" in capsys.readouterr().out
+    files = set(os.listdir(out))
+    assert {
+        "config.json",
+        "metrics.csv",
+        "summary.json",
+        "checkpoints",
+        "learning_curve.png",
+    } <= files
+    assert any(f.startswith("events.out.tfevents") for f in files)
+    config = json.load(open(os.path.join(out, "config.json")))
+    assert config["agent"] == "sac" and config["agent_config"]["hidden_dims"] == [32, 32]
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    for key in (
+        "agent",
+        "env",
+        "seed",
+        "total_steps",
+        "final_eval_return_mean",
+        "final_eval_return_std",
+        "normalized_score",
+        "wall_clock_s",
+        "env_steps_per_s",
+        "updates_per_s",
+    ):
+        assert key in summary
+    rows = read_metrics(os.path.join(out, "metrics.csv"))
+    assert [r["step"] for r in rows if "eval_return" in r] == [150, 300]
+    assert rows[-1]["eval_return"] == summary["final_eval_return_mean"]
+
+    main(["eval", out, "--episodes", "3"])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["episodes"] == 3 and np.isfinite(result["return_mean"])
+
+    # A corrupt newest checkpoint: a clear error naming it; the previous one survives.
+    ckpt_dir = os.path.join(out, "checkpoints")
+    assert sorted(int(s) for s in os.listdir(ckpt_dir) if s.isdigit()) == [150, 300]
+    for root, _, names in os.walk(os.path.join(ckpt_dir, "300")):
+        for name in names:
+            with open(os.path.join(root, name), "wb") as f:
+                f.write(b"garbage")
+    with pytest.raises(SystemExit) as exit_info:
+        main(args[:5] + ["600"] + args[6:])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "corrupt" in err and os.path.join(ckpt_dir, "300") in err and "step 150" in err
+    # Following the advice resumes from step 150.
+    import shutil
+
+    shutil.rmtree(os.path.join(ckpt_dir, "300"))
+    main(args[:5] + ["600"] + args[6:])
+    assert "Resuming" in capsys.readouterr().out
+    assert json.load(open(os.path.join(out, "summary.json")))["total_steps"] == 600
+
+
+def test_resume_with_a_different_config_is_refused(tmp_path, capsys):
+    out = str(tmp_path / "run")
+    base = [
+        "train",
+        "sac",
+        "--env",
+        "Pendulum-v1",
+        "--total-steps",
+        "120",
+        "--out",
+        out,
+        "--learning-starts",
+        "100",
+        "--hidden-dims",
+        "32",
+        "32",
+        "--buffer-size",
+        "500",
+        "--no-progress",
+        "--eval-every",
+        "120",
+        "--eval-episodes",
+        "1",
+    ]
+    main(base)
+    with pytest.raises(SystemExit) as exit_info:
+        main(base + ["--actor-lr", "0.001"])
+    assert exit_info.value.code == 2
+    assert "different configuration" in capsys.readouterr().err
