@@ -71,7 +71,7 @@ def buffer_add(state: BufferState, items: Any) -> BufferState:
 
 
 def buffer_sample(state: BufferState, key: jax.Array, batch_size: int) -> Any:
-    """Sample ``batch_size`` valid rows uniformly with replacement (the buffer must not be empty)."""
+    """Sample ``batch_size`` valid rows uniformly with replacement (needs a non-empty buffer)."""
     idx = jax.random.randint(key, (batch_size,), 0, jnp.maximum(state.size, 1))
     return jax.tree.map(lambda d: d[idx], state.data)
 

@@ -96,6 +96,29 @@ def _update_step(
     return agent, rng, jax.tree.map(lambda x: x[-1], infos)
 
 
+def _act(agent: Any, obs: jax.Array, key: jax.Array, step: jax.Array) -> jax.Array:
+    """Exploration actions for the env step numbered ``step`` (the key is folded, not carried)."""
+    return agent.sample_actions(obs, jax.random.fold_in(key, step))
+
+
+def _update_and_act(
+    agent: Any,
+    rng: jax.Array,
+    buffer: BufferState,
+    obs: jax.Array,
+    act_key: jax.Array,
+    step: jax.Array,
+    *,
+    num_updates: int,
+    batch_size: int,
+) -> tuple[Any, jax.Array, dict[str, jax.Array], jax.Array]:
+    """``_update_step`` then the next exploration action, in one call (one dispatch per step)."""
+    agent, rng, info = _update_step(
+        agent, rng, buffer, num_updates=num_updates, batch_size=batch_size
+    )
+    return agent, rng, info, _act(agent, obs, act_key, step)
+
+
 def evaluate(agent: Any, env: HostEnv, seed: int, act_fn: Any = None) -> np.ndarray:
     """Run one deterministic episode in each copy of ``env``; returns the ``[num_envs]`` returns.
 
@@ -220,6 +243,7 @@ def train_host(
     np_rng = np.random.default_rng(cfg.seed)
     obs = env.reset(seed=cfg.seed)
     step, ep_return, ep_length = 0, np.zeros(n), np.zeros(n, np.int64)
+    pending: Any = None  # the policy's action for the next step, computed with the last update
     recent: deque[float] = deque(maxlen=20)
     logger = RunLogger(out, cfg.tensorboard, cfg.wandb_project, os.path.basename(out))
     ckpt = Checkpointer(os.path.join(out, "checkpoints"))
@@ -230,6 +254,8 @@ def train_host(
         np_rng.bit_generator.state = meta["np_rng"]
         ep_return, ep_length = np.array(meta["ep_return"]), np.array(meta["ep_length"], np.int64)
         recent.extend(meta["recent_returns"])
+        if meta.get("pending_action") is not None:
+            pending = np.asarray(meta["pending_action"], np.float32)
         if meta.get("env_state") is not None and env.savable:
             obs = env.set_state(meta["env_state"])
         else:
@@ -251,16 +277,17 @@ def train_host(
             "ep_length": ep_length.tolist(),
             "recent_returns": list(recent),
             "env_state": env.get_state(),
+            "pending_action": None if pending is None else np.asarray(pending).tolist(),
         }
         ckpt.save(step, state, meta)
 
     num_updates = acfg.utd_ratio * n
     update_fn = jax.jit(
-        partial(_update_step, num_updates=num_updates, batch_size=acfg.batch_size),
+        partial(_update_and_act, num_updates=num_updates, batch_size=acfg.batch_size),
         donate_argnums=(0, 1),
     )
     add_fn = jax.jit(buffer_add, donate_argnums=0)
-    act_fn = jax.jit(lambda a, o, k, t: a.sample_actions(o, jax.random.fold_in(k, t)))
+    act_fn = jax.jit(_act)
     eval_fn = jax.jit(lambda a, o: a.eval_actions(o))
     ckpt_every = cfg.checkpoint_every or cfg.eval_every
     start_step, start_time, updates = step, time.perf_counter(), 0
@@ -283,16 +310,20 @@ def train_host(
             if step < acfg.learning_starts:
                 action = np_rng.uniform(-1.0, 1.0, (n, env.action_dim)).astype(np.float32)
             else:
-                action = np.asarray(act_fn(state.agent, obs, act_key, step))
+                if pending is None:  # first policy step; afterwards update_fn computes it
+                    pending = act_fn(state.agent, obs, act_key, step)
+                action = np.asarray(pending)
             next_obs, new_obs, reward, terminated, truncated = env.step(action)
             transition = Transition(obs, action, reward, next_obs, terminated.astype(np.float32))
             state = state.replace(buffer=add_fn(state.buffer, transition))
-            if step >= acfg.learning_starts:
-                agent_, rng_, info = update_fn(state.agent, state.rng, state.buffer)
+            obs, learn = new_obs, step >= acfg.learning_starts
+            step += n
+            if learn:
+                agent_, rng_, info, pending = update_fn(
+                    state.agent, state.rng, state.buffer, obs, act_key, step
+                )
                 state = state.replace(agent=agent_, rng=rng_)
                 updates += num_updates
-            obs = new_obs
-            step += n
             ep_return += reward
             ep_length += 1
             for i in np.flatnonzero(terminated | truncated):

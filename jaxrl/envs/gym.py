@@ -8,6 +8,7 @@ time-limit state so that a resumed run continues exactly where it stopped.
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,16 @@ EnvFactory = Callable[[], gym.Env]
 
 class EnvError(ValueError):
     """An environment id or space is unusable; the message says why and what to use instead."""
+
+
+def _quiet_mujoco_warnings() -> None:
+    # MuJoCo's default handler appends every warning to MUJOCO_LOG.TXT in the working directory
+    # (Gymnasium's v5 models trigger a deprecation warning on load); send them to Python warnings.
+    try:
+        import mujoco
+    except ImportError:
+        return
+    mujoco.set_mju_user_warning(lambda msg: warnings.warn(f"MuJoCo: {msg}", stacklevel=2))
 
 
 def _resolve_factory(env_id: str) -> EnvFactory:
@@ -69,6 +80,7 @@ class HostEnv:
         if num_envs <= 0:
             raise EnvError(f"num_envs must be positive, got {num_envs}.")
         factory = factory or _resolve_factory(env_id)
+        _quiet_mujoco_warnings()
         self.env_id, self.num_envs = env_id, num_envs
         self.vec = gym.vector.SyncVectorEnv(
             [factory for _ in range(num_envs)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
