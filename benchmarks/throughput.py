@@ -91,10 +91,18 @@ def update_rate(name: str, k: int = 50, calls: int = 10) -> dict:
     fresh = agent_cls.create(cfg, jnp.zeros(OBS), jnp.zeros(ACT), 0)
     batch = jax.tree.map(lambda x: jnp.asarray(x[:BATCH]), data)
     if name == "td3":  # the actor step runs every `policy_delay` updates
-        critic = _flops(lambda a, b: jax.grad(td3_lib.critic_loss, has_aux=True)(
-            a.critic.params, a, b, jax.random.key(0)), fresh, batch)
-        actor = _flops(lambda a, b: jax.grad(td3_lib.actor_loss, has_aux=True)(
-            a.actor.params, a, b), fresh, batch)
+        critic = _flops(
+            lambda a, b: jax.grad(td3_lib.critic_loss, has_aux=True)(
+                a.critic.params, a, b, jax.random.key(0)
+            ),
+            fresh,
+            batch,
+        )
+        actor = _flops(
+            lambda a, b: jax.grad(td3_lib.actor_loss, has_aux=True)(a.actor.params, a, b),
+            fresh,
+            batch,
+        )
         flops = critic + actor / cfg.policy_delay
     else:
         flops = _flops(lambda a, b: a.update(b), fresh, batch)
@@ -106,9 +114,17 @@ def end_to_end(name: str, steps: int, learning_starts: int, warmup: int) -> floa
     _, config_cls = AGENTS[name]
     cfg = config_cls(learning_starts=learning_starts)
     with tempfile.TemporaryDirectory() as out:
-        run = TrainConfig(env="HalfCheetah-v5", total_steps=steps, out=out, eval_every=steps,
-                          eval_episodes=1, log_every=500, progress=False, tensorboard=False,
-                          checkpoint_every=steps)
+        run = TrainConfig(
+            env="HalfCheetah-v5",
+            total_steps=steps,
+            out=out,
+            eval_every=steps,
+            eval_episodes=1,
+            log_every=500,
+            progress=False,
+            tensorboard=False,
+            checkpoint_every=steps,
+        )
         train(name, run, cfg)
         rows = read_metrics(os.path.join(out, "metrics.csv"))
     start = learning_starts + warmup
@@ -125,8 +141,16 @@ def sbx_rate(steps: int, learning_starts: int, warmup: int) -> dict | None:
     if not os.path.exists(python):
         print("sbx peer venv missing: run `make peers` first (skipping sbx)", file=sys.stderr)
         return None
-    cmd = [python, os.path.join(ROOT, "benchmarks", "peers", "sbx_sac.py"), "--steps",
-           str(steps), "--learning-starts", str(learning_starts), "--warmup", str(warmup)]
+    cmd = [
+        python,
+        os.path.join(ROOT, "benchmarks", "peers", "sbx_sac.py"),
+        "--steps",
+        str(steps),
+        "--learning-starts",
+        str(learning_starts),
+        "--warmup",
+        str(warmup),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -137,13 +161,21 @@ def main() -> None:
     p.add_argument("--learning-starts", type=int, default=1000)
     p.add_argument("--warmup", type=int, default=1000, help="updates excluded from timing")
     p.add_argument("--no-peers", action="store_true", help="skip the sbx comparison")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="alternating jaxrl/sbx SAC end-to-end runs (medians are reported)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="alternating jaxrl/sbx SAC end-to-end runs (medians are reported)",
+    )
     args = p.parse_args()
 
     res: dict = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "jax": jax.__version__, "device": str(jax.devices()[0])},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "jax": jax.__version__,
+            "device": str(jax.devices()[0]),
+        },
         "settings": "256x256 MLPs, batch 256, 1 update per env step, 1M buffer, HalfCheetah-v5",
     }
     res["matmul_peak_gflops"] = matmul_peak()
@@ -198,8 +230,9 @@ def write_tables(res: dict) -> None:
             f"{u['gflops']:.0f} | {100 * u['peak_fraction']:.0f}% | {u['env_steps_per_s']:.0f} |"
         )
     if sbx:
-        lines.append(f"| sbx-rl {sbx['sbx_version']} SAC | - | - | - | - | "
-                     f"{sbx['env_steps_per_s']:.0f} |")
+        lines.append(
+            f"| sbx-rl {sbx['sbx_version']} SAC | - | - | - | - | {sbx['env_steps_per_s']:.0f} |"
+        )
         runs = lambda xs: ", ".join(f"{x:.0f}" for x in xs)  # noqa: E731
         lines += [
             "",

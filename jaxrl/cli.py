@@ -81,14 +81,9 @@ def train(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
 
 def evaluate_run(run_dir: str, episodes: int | None = None) -> dict[str, Any]:
     """Restore the newest checkpoint of ``run_dir`` and evaluate its deterministic policy."""
-    import jax
-    import numpy as np
-
-    from jaxrl.buffers import make_replay_buffer
     from jaxrl.checkpoint import Checkpointer
     from jaxrl.envs import make_env
-    from jaxrl.training import LoopState, TrainConfig, evaluate
-    from jaxrl.types import Transition
+    from jaxrl.training import TrainConfig, evaluate, init_loop_state
 
     path = os.path.join(run_dir, "config.json")
     if not os.path.exists(path):
@@ -101,14 +96,8 @@ def evaluate_run(run_dir: str, episodes: int | None = None) -> dict[str, Any]:
     episodes = episodes or train_cfg.eval_episodes
     env = make_env(config["env"], episodes)
     agent = agent_cls.create(agent_cfg, env.obs_example, env.action_example, config["seed"])
-    example = Transition(
-        env.obs_example, env.action_example, np.float32(0), env.obs_example, np.float32(0)
-    )
-    template = LoopState(
-        agent, make_replay_buffer(agent_cfg.buffer_size).init(example), jax.random.key(0)
-    )
     ckpt = Checkpointer(os.path.join(run_dir, "checkpoints"))
-    state, meta = ckpt.restore(template)
+    state, meta = ckpt.restore(init_loop_state(agent, env, config["seed"]))
     returns = evaluate(state.agent, env, train_cfg.seed + 20_000)
     env.close()
     return {

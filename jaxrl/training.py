@@ -79,6 +79,18 @@ class LoopState(struct.PyTreeNode):
     rng: jax.Array
 
 
+def init_loop_state(agent: Any, env: HostEnv, seed: int) -> LoopState:
+    """Loop state for ``agent`` on ``env``: an empty buffer of the agent's size and an RNG.
+
+    It is also the template a checkpoint is restored into.
+    """
+    example = Transition(
+        env.obs_example, env.action_example, np.float32(0), env.obs_example, np.float32(0)
+    )
+    buffer = make_replay_buffer(agent.config.buffer_size)
+    return LoopState(agent, buffer.init(example), jax.random.key(seed + 1))
+
+
 def _update_step(
     agent: Any, rng: jax.Array, buffer: BufferState, *, num_updates: int, batch_size: int
 ) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
@@ -234,11 +246,7 @@ def train_host(
     """
     acfg = agent.config
     n = env.num_envs
-    buffer = make_replay_buffer(acfg.buffer_size)
-    example = Transition(
-        env.obs_example, env.action_example, np.float32(0), env.obs_example, np.float32(0)
-    )
-    state = LoopState(agent, buffer.init(example), jax.random.key(cfg.seed + 1))
+    state = init_loop_state(agent, env, cfg.seed)
     act_key = jax.random.key(cfg.seed + 2)
     np_rng = np.random.default_rng(cfg.seed)
     obs = env.reset(seed=cfg.seed)
@@ -380,4 +388,12 @@ def train_host(
     return summary
 
 
-__all__ = ["LoopState", "TrainConfig", "evaluate", "prepare_run_dir", "run_config", "train_host"]
+__all__ = [
+    "LoopState",
+    "TrainConfig",
+    "evaluate",
+    "init_loop_state",
+    "prepare_run_dir",
+    "run_config",
+    "train_host",
+]

@@ -11,13 +11,11 @@ import numpy as np
 import pytest
 
 from jaxrl.agents import AGENTS
-from jaxrl.buffers import make_replay_buffer
 from jaxrl.checkpoint import Checkpointer
 from jaxrl.cli import main, train
 from jaxrl.envs import HostEnv, make_env
 from jaxrl.logging import read_metrics
-from jaxrl.training import LoopState, TrainConfig
-from jaxrl.types import Transition
+from jaxrl.training import TrainConfig, init_loop_state
 
 
 class CounterEnv(gym.Env):
@@ -81,10 +79,7 @@ def _restore_state(out, name="sac", env_id="JaxrlTest/Counter-v0", **agent_kw):
     cfg = config_cls(**{"hidden_dims": (32, 32), **agent_kw})
     env = make_env(env_id)
     agent = agent_cls.create(cfg, env.obs_example, env.action_example, 0)
-    ex = Transition(
-        env.obs_example, env.action_example, np.float32(0), env.obs_example, np.float32(0)
-    )
-    template = LoopState(agent, make_replay_buffer(cfg.buffer_size).init(ex), jax.random.key(0))
+    template = init_loop_state(agent, env, 0)
     return Checkpointer(os.path.join(out, "checkpoints")).restore(template)
 
 
