@@ -267,7 +267,7 @@ def train_host(
         if meta.get("env_state") is not None and env.savable:
             obs = env.set_state(meta["env_state"])
         else:
-            ep_return[:], ep_length[:] = 0.0, 0
+            ep_return[:], ep_length[:], pending = 0.0, 0, None  # the saved action was for old obs
             print(
                 f"Resumed at step {step}: {env.env_id} cannot save its simulator state, so the "
                 "interrupted episodes restart from a reset (the run is not bit-identical)."
@@ -307,6 +307,14 @@ def train_host(
         if evals
         else (float("nan"), float("nan"))
     )
+    summary_path = os.path.join(out, "summary.json")
+    if step >= cfg.total_steps and os.path.exists(summary_path):
+        with open(summary_path) as f:
+            summary = json.load(f)
+        if summary.get("completed") and summary.get("total_steps") == step:
+            print(f"{out} already completed {step} steps; nothing to do.")
+            logger.close()
+            return summary
     bar = None
     if cfg.progress:
         from tqdm import tqdm
@@ -384,7 +392,7 @@ def train_host(
         "updates_per_s": updates / max(wall, 1e-9),
         "completed": step >= cfg.total_steps,
     }
-    write_json(os.path.join(out, "summary.json"), summary)
+    write_json(summary_path, summary)
     return summary
 
 

@@ -216,6 +216,17 @@ def test_resume_of_unsavable_env_says_episodes_restart(tmp_path, capsys):
     assert summary["completed"] and summary["total_steps"] == 250
     text = capsys.readouterr().out
     assert "Resuming" in text and "restart" in text
+    # Rerunning a finished run changes nothing (its summary keeps the measured speeds).
+    again = _run(
+        "sac",
+        "Pendulum-v1",
+        out,
+        250,
+        learning_starts=100,
+        buffer_size=1000,
+        train={"eval_every": 150},
+    )
+    assert again == summary and "already completed" in capsys.readouterr().out
 
 
 def test_cli_run_directory_contract_eval_and_corrupt_checkpoint(tmp_path, capsys):
@@ -327,3 +338,29 @@ def test_resume_with_a_different_config_is_refused(tmp_path, capsys):
         main(base + ["--actor-lr", "0.001"])
     assert exit_info.value.code == 2
     assert "different configuration" in capsys.readouterr().err
+
+
+def test_train_online_script_runs_end_to_end(tmp_path):
+    import runpy
+
+    from jaxrl.agents import TD3Config
+
+    script = runpy.run_path(
+        os.path.join(os.path.dirname(__file__), "..", "scripts", "train_online.py")
+    )
+    args = script["Args"](
+        agent="td3",
+        train=TrainConfig(
+            env="Pendulum-v1",
+            total_steps=200,
+            out=str(tmp_path / "s"),
+            eval_every=200,
+            eval_episodes=1,
+            progress=False,
+            tensorboard=False,
+        ),
+        td3=TD3Config(hidden_dims=(16, 16), learning_starts=100, buffer_size=500),
+    )
+    summary = script["main"](args)
+    assert summary["completed"] and summary["agent"] == "td3"
+    assert os.path.exists(tmp_path / "s" / "learning_curve.png")

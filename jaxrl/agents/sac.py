@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import partial
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -44,10 +45,15 @@ def critic_loss(
 def actor_loss(
     actor_params: Params, agent: SAC, batch: Batch, key: jax.Array
 ) -> tuple[jax.Array, InfoDict]:
-    """Policy KL objective, SAC eq. 7: ``E[alpha log pi(a|s) - mean_i Q_i(s, a)]``."""
+    """Policy KL objective, SAC eq. 7: ``E[alpha log pi(a|s) - Q(s, a)]``.
+
+    ``Q`` is the minimum over the critics (as in the authors' code) or their mean (REDQ/RLPD),
+    by ``config.policy_q``.
+    """
     dist = agent.actor.apply_fn(actor_params, batch.obs)
     actions, log_probs = dist.sample_and_log_prob(key)
-    q = agent.critic.apply_fn(agent.critic.params, batch.obs, actions).mean(axis=0)
+    qs = agent.critic.apply_fn(agent.critic.params, batch.obs, actions)
+    q = qs.min(axis=0) if agent.config.policy_q == "min" else qs.mean(axis=0)
     alpha = agent.temp.apply_fn(agent.temp.params)
     loss = jnp.mean(alpha * log_probs - q)
     return loss, {"actor/loss": loss, "actor/entropy": -log_probs.mean()}
@@ -144,6 +150,8 @@ class SACConfig:
     """Number of Q-functions in the critic ensemble."""
     num_min_qs: int | None = None
     """Take the target minimum over a random subset of this many critics (REDQ/RLPD); None = all."""
+    policy_q: Literal["min", "mean"] = "min"
+    """How the actor loss reduces the critic ensemble: 'min' (SAC) or 'mean' (REDQ/RLPD)."""
     critic_layer_norm: bool = False
     """LayerNorm in the critic's hidden layers (RLPD)."""
     discount: float = 0.99
