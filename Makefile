@@ -27,7 +27,7 @@ lint: $(STAMP)
 peers:
 	bash benchmarks/peers/setup_peers.sh
 
-bench: $(STAMP)
+bench: $(STAMP) peers
 	$(BIN)/python benchmarks/throughput.py
 
 clean:
