@@ -194,39 +194,24 @@ def _copy(kw):
 
 
 def test_resume_of_unsavable_env_says_episodes_restart(tmp_path, capsys):
-    out = tmp_path / "p"
-    _run(
-        "sac",
-        "Pendulum-v1",
-        out,
-        150,
-        learning_starts=100,
-        buffer_size=1000,
-        train={"eval_every": 150},
-    )
-    summary = _run(
-        "sac",
-        "Pendulum-v1",
-        out,
-        250,
-        learning_starts=100,
-        buffer_size=1000,
-        train={"eval_every": 150},
-    )
+    def pendulum(steps):
+        return _run(
+            "sac",
+            "Pendulum-v1",
+            tmp_path / "p",
+            steps,
+            learning_starts=100,
+            buffer_size=1000,
+            train={"eval_every": 150},
+        )
+
+    pendulum(150)
+    summary = pendulum(250)
     assert summary["completed"] and summary["total_steps"] == 250
     text = capsys.readouterr().out
     assert "Resuming" in text and "restart" in text
     # Rerunning a finished run changes nothing (its summary keeps the measured speeds).
-    again = _run(
-        "sac",
-        "Pendulum-v1",
-        out,
-        250,
-        learning_starts=100,
-        buffer_size=1000,
-        train={"eval_every": 150},
-    )
-    assert again == summary and "already completed" in capsys.readouterr().out
+    assert pendulum(250) == summary and "already completed" in capsys.readouterr().out
 
 
 def test_cli_run_directory_contract_eval_and_corrupt_checkpoint(tmp_path, capsys):

@@ -8,6 +8,7 @@ time-limit state so that a resumed run continues exactly where it stopped.
 from __future__ import annotations
 
 import difflib
+import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,7 @@ class EnvError(ValueError):
     """An environment id or space is unusable; the message says why and what to use instead."""
 
 
+@functools.cache
 def _quiet_mujoco_warnings() -> None:
     # MuJoCo's default handler appends every warning to MUJOCO_LOG.TXT in the working directory
     # (Gymnasium's v5 models trigger a deprecation warning on load); send them to Python warnings.
