@@ -14,6 +14,15 @@ from jaxrl.distributions import TanhNormal
 
 default_init = nn.initializers.xavier_uniform
 
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "relu": nn.relu,
+    "swish": nn.swish,
+    "tanh": nn.tanh,
+    "elu": nn.elu,
+    "gelu": nn.gelu,
+}
+"""Activation functions by the names configs use (e.g. ``PPOConfig.activation``)."""
+
 
 class MLP(nn.Module):
     """Multi-layer perceptron with optional LayerNorm after each hidden Dense layer.
@@ -23,18 +32,20 @@ class MLP(nn.Module):
         activation: nonlinearity between layers.
         layer_norm: apply LayerNorm before each hidden activation (RLPD / ReBRAC critics).
         activate_final: also apply norm and activation after the last layer.
+        kernel_init: initializer of every Dense kernel (Xavier-uniform by default).
     """
 
     hidden_dims: Sequence[int]
     activation: Callable[[jax.Array], jax.Array] = nn.relu
     layer_norm: bool = False
     activate_final: bool = False
+    kernel_init: Callable = default_init()
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         """Apply the MLP to ``x`` of shape ``[..., in_dim]``."""
         for i, width in enumerate(self.hidden_dims):
-            x = nn.Dense(width, kernel_init=default_init())(x)
+            x = nn.Dense(width, kernel_init=self.kernel_init)(x)
             if i + 1 < len(self.hidden_dims) or self.activate_final:
                 if self.layer_norm:
                     x = nn.LayerNorm()(x)
@@ -106,6 +117,43 @@ class TanhGaussianActor(nn.Module):
             jnp.tanh(log_std) + 1.0
         )
         return TanhNormal(mean, jnp.exp(log_std) * temperature)
+
+
+class NormalTanhPolicy(nn.Module):
+    """Brax's PPO policy: one MLP emits loc and raw scale of a tanh-squashed Gaussian.
+
+    ``scale = softplus(raw) + min_std`` (Brax ``NormalTanhDistribution``); the standard deviation
+    is state-dependent and never collapses below ``min_std``.
+    """
+
+    action_dim: int
+    hidden_dims: Sequence[int] = (32, 32, 32, 32)
+    activation: Callable[[jax.Array], jax.Array] = nn.swish
+    min_std: float = 1e-3
+    kernel_init: Callable = nn.initializers.lecun_uniform()
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> TanhNormal:
+        """Action distribution for ``obs``."""
+        out = MLP(
+            (*self.hidden_dims, 2 * self.action_dim), self.activation, kernel_init=self.kernel_init
+        )(obs)
+        loc, raw_scale = jnp.split(out, 2, axis=-1)
+        return TanhNormal(loc, jax.nn.softplus(raw_scale) + self.min_std)
+
+
+class ValueNetwork(nn.Module):
+    """State value ``V(s)`` as an MLP; returns ``[...]``."""
+
+    hidden_dims: Sequence[int] = (256, 256)
+    activation: Callable[[jax.Array], jax.Array] = nn.relu
+    kernel_init: Callable = default_init()
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        """Value of each observation row."""
+        mlp = MLP((*self.hidden_dims, 1), self.activation, kernel_init=self.kernel_init)
+        return mlp(obs)[..., 0]
 
 
 class DeterministicActor(nn.Module):

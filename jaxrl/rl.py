@@ -52,3 +52,70 @@ def subsample_ensemble(key: jax.Array, qs: jax.Array, num_min: int | None) -> ja
         return jnp.min(qs, axis=0)
     idx = jax.random.choice(key, qs.shape[0], (num_min,), replace=False)
     return jnp.min(qs[idx], axis=0)
+
+
+def gae_advantages(
+    rewards: jax.Array,
+    values: jax.Array,
+    next_values: jax.Array,
+    terminated: jax.Array,
+    done: jax.Array,
+    discount: float | jax.Array,
+    lam: float | jax.Array,
+) -> jax.Array:
+    """Generalized advantage estimates over a time-major rollout.
+
+    Schulman et al. (2016), "High-Dimensional Continuous Control Using Generalized Advantage
+    Estimation", eq. 11-16: ``delta_t = r_t + gamma * V(s_{t+1}) - V(s_t)`` and
+    ``A_t = sum_l (gamma * lambda)^l delta_{t+l}``, computed backwards as
+    ``A_t = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}``.
+
+    ``next_values`` are the values of each transition's true next observation, so a time-limit
+    truncation bootstraps from the real final state (Pardo et al., 2018) while ``done`` stops the
+    trace from running into the next, auto-reset episode. Only ``terminated`` zeroes the bootstrap.
+
+    Args:
+        rewards: ``[T, N]`` (already scaled) rewards.
+        values: ``[T, N]`` ``V(obs_t)``.
+        next_values: ``[T, N]`` ``V(next_obs_t)`` of the true next observations.
+        terminated: ``[T, N]`` 1.0 where the episode truly terminated at step t.
+        done: ``[T, N]`` 1.0 where the episode ended at step t (terminated or truncated).
+        discount: scalar gamma.
+        lam: scalar GAE lambda.
+
+    Returns:
+        ``[T, N]`` advantages; the value targets (lambda-returns) are ``advantages + values``.
+    """
+    chex.assert_rank([rewards, values, next_values, terminated, done], 2)
+    chex.assert_equal_shape([rewards, values, next_values, terminated, done])
+    deltas = rewards + discount * (1.0 - terminated) * next_values - values
+
+    def backward(acc: jax.Array, x: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        delta, d = x
+        acc = delta + discount * lam * (1.0 - d) * acc
+        return acc, acc
+
+    _, advantages = jax.lax.scan(backward, jnp.zeros_like(values[0]), (deltas, done), reverse=True)
+    return advantages
+
+
+def ppo_clipped_objective(
+    ratio: jax.Array, advantage: jax.Array, clip_eps: float | jax.Array
+) -> jax.Array:
+    """Per-sample clipped surrogate objective (to maximize).
+
+    Schulman et al. (2017), "Proximal Policy Optimization Algorithms", eq. 7:
+    ``L^CLIP = min(r * A, clip(r, 1 - eps, 1 + eps) * A)`` with ``r = pi(a|s) / pi_old(a|s)``.
+
+    Args:
+        ratio: ``[B]`` probability ratios.
+        advantage: ``[B]`` advantage estimates.
+        clip_eps: scalar clipping range epsilon.
+
+    Returns:
+        ``[B]`` objective values; the PPO policy loss is minus their mean.
+    """
+    chex.assert_rank([ratio, advantage], 1)
+    chex.assert_equal_shape([ratio, advantage])
+    clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
+    return jnp.minimum(ratio * advantage, clipped * advantage)

@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
@@ -26,7 +27,7 @@ from jaxrl.checkpoint import Checkpointer
 from jaxrl.config import check_positive, check_range, config_to_dict
 from jaxrl.envs.gym import HostEnv
 from jaxrl.logging import RunLogger, write_json
-from jaxrl.types import Transition
+from jaxrl.types import Rollout, Transition
 
 
 @partial(dataclasses.dataclass, frozen=True)
@@ -39,8 +40,12 @@ class TrainConfig:
     """Environment steps to train for (summed over parallel envs)."""
     seed: int = 0
     """Seed of the agent, the environments and the loop."""
-    num_envs: int = 1
-    """Parallel environment copies (gymnasium.vector)."""
+    num_envs: int | None = None
+    """Parallel environment copies (default: 1 for Gymnasium envs, 64 for JAX envs)."""
+    num_seeds: int = 1
+    """Train this many seeds (seed, seed+1, ...) at once with jax.vmap (JAX envs only)."""
+    updates_per_step: int | None = None
+    """Gradient steps per vectorized env step (off-policy); default utd_ratio x num_envs."""
     out: str | None = None
     """Run directory (default runs/<agent>-<env>-s<seed>); resumes if it has a checkpoint."""
     eval_every: int = 10_000
@@ -63,6 +68,8 @@ class TrainConfig:
             self,
             "total_steps",
             "num_envs",
+            "num_seeds",
+            "updates_per_step",
             "eval_every",
             "eval_episodes",
             "log_every",
@@ -307,19 +314,11 @@ def train_host(
         if evals
         else (float("nan"), float("nan"))
     )
-    summary_path = os.path.join(out, "summary.json")
-    if step >= cfg.total_steps and os.path.exists(summary_path):
-        with open(summary_path) as f:
-            summary = json.load(f)
-        if summary.get("completed") and summary.get("total_steps") == step:
-            print(f"{out} already completed {step} steps; nothing to do.")
-            logger.close()
-            return summary
-    bar = None
-    if cfg.progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=cfg.total_steps, initial=step, unit="step", dynamic_ncols=True)
+    done_already = _completed_summaries([out], step, cfg.total_steps)
+    if done_already is not None:
+        logger.close()
+        return done_already[0]
+    bar = _progress_bar(cfg, step)
 
     with _StopFlag() as stop:
         while step < cfg.total_steps and not stop.raised:
@@ -379,29 +378,354 @@ def train_host(
     logger.close()
     if step < cfg.total_steps:
         print(f"Stopped at step {step}; checkpoint saved. Rerun the same command to resume.")
-    summary = {
+    summary = _summary(agent_name, cfg, cfg.seed, step, last_eval, wall, start_step, updates)
+    write_json(os.path.join(out, "summary.json"), summary)
+    return summary
+
+
+def _summary(
+    agent_name: str,
+    cfg: TrainConfig,
+    seed: int,
+    step: int,
+    last_eval: tuple[float, float],
+    wall: float,
+    start_step: int,
+    updates: int,
+) -> dict[str, Any]:
+    """The ``summary.json`` of one run (DESIGN.md's run-directory contract)."""
+    completed = step >= cfg.total_steps
+    return {
         "agent": agent_name,
         "env": cfg.env,
-        "seed": cfg.seed,
+        "seed": seed,
         "total_steps": step,
-        "final_eval_return_mean": last_eval[0] if step >= cfg.total_steps else None,
-        "final_eval_return_std": last_eval[1] if step >= cfg.total_steps else None,
+        "final_eval_return_mean": float(last_eval[0]) if completed else None,
+        "final_eval_return_std": float(last_eval[1]) if completed else None,
         "normalized_score": None,
         "wall_clock_s": wall,
         "env_steps_per_s": (step - start_step) / max(wall, 1e-9),
         "updates_per_s": updates / max(wall, 1e-9),
-        "completed": step >= cfg.total_steps,
+        "completed": completed,
     }
-    write_json(summary_path, summary)
-    return summary
+
+
+def _completed_summaries(outs: list[str], step: int, total_steps: int) -> list[dict] | None:
+    """The existing summaries if every run in ``outs`` already finished ``step`` steps."""
+    if step < total_steps:
+        return None
+    summaries = []
+    for out in outs:
+        path = os.path.join(out, "summary.json")
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            summary = json.load(f)
+        if not (summary.get("completed") and summary.get("total_steps") == step):
+            return None
+        summaries.append(summary)
+    print(f"{', '.join(outs)} already completed {step} steps; nothing to do.")
+    return summaries
+
+
+def _progress_bar(cfg: TrainConfig, step: int) -> Any:
+    """A tqdm bar over env steps (None when ``cfg.progress`` is off)."""
+    if not cfg.progress:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=cfg.total_steps, initial=step, unit="step", dynamic_ncols=True)
+
+
+# ------------------------------------------------------------------------------------ fused loop
+
+
+class FusedState(struct.PyTreeNode):
+    """Everything the fused loop carries for one seed (what its checkpoint stores).
+
+    Attributes:
+        agent: the agent.
+        buffer: replay buffer (None for on-policy agents).
+        env: the training envs' state (simulators, wrappers such as the observation normalizer).
+        rng: loop RNG (exploration, uniform warm-up actions, minibatch sampling).
+    """
+
+    agent: Any
+    buffer: BufferState | None
+    env: Any
+    rng: jax.Array
+
+
+def init_fused_state(agent_cls: Any, agent_config: Any, env: Any, seed: Any) -> FusedState:
+    """Fresh state for one seed; ``seed`` may be traced, so seeds can be created under vmap."""
+    obs = jnp.zeros(env.observation_size, jnp.float32)
+    act = jnp.zeros(env.action_size, jnp.float32)
+    agent = agent_cls.create(agent_config, obs, act, seed)
+    key = jax.random.fold_in(jax.random.key(seed), 7)
+    k_env, k_loop = jax.random.split(key)
+    buffer = None
+    if not getattr(agent_cls, "on_policy", False):
+        example = Transition(obs, act, jnp.float32(0), obs, jnp.float32(0))
+        buffer = make_replay_buffer(agent_config.buffer_size).init(example)
+    return FusedState(agent, buffer, env.reset(k_env), k_loop)
+
+
+def _episode_stats(env_state: Any) -> tuple[jax.Array, jax.Array]:
+    """(sum of returns, count) of the episodes that ended on the last step."""
+    ended = (env_state.done + env_state.truncation) > 0
+    return jnp.sum(env_state.info["episode_return"] * ended), jnp.sum(ended.astype(jnp.float32))
+
+
+def _off_policy_iteration(
+    state: FusedState, step: jax.Array, *, env: Any, num_updates: int
+) -> tuple[FusedState, tuple[Any, ...]]:
+    """Act in every env, step, add the transitions, then ``num_updates`` gradient steps."""
+    acfg = state.agent.config
+    rng, k_act, k_rand = jax.random.split(state.rng, 3)
+    obs = state.env.obs
+    warmup = jax.random.uniform(k_rand, (env.num_envs, env.action_size), minval=-1.0, maxval=1.0)
+    action = jnp.where(step < acfg.learning_starts, warmup, state.agent.sample_actions(obs, k_act))
+    env_state = env.step(state.env, action)
+    transition = Transition(
+        obs, action, env_state.reward, env_state.info["final_obs"], env_state.done
+    )
+    buffer = buffer_add(state.buffer, transition)
+
+    def learn(agent: Any, rng: jax.Array) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+        return _update_step(agent, rng, buffer, num_updates=num_updates, batch_size=acfg.batch_size)
+
+    def skip(agent: Any, rng: jax.Array) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+        shapes = jax.eval_shape(learn, agent, rng)[2]
+        return agent, rng, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    agent, rng, info = jax.lax.cond(step >= acfg.learning_starts, learn, skip, state.agent, rng)
+    return FusedState(agent, buffer, env_state, rng), (info, *_episode_stats(env_state))
+
+
+def _on_policy_iteration(
+    state: FusedState, step: jax.Array, *, env: Any, rollout_length: int
+) -> tuple[FusedState, tuple[Any, ...]]:
+    """Collect ``rollout_length`` steps in every env, then one agent update on that rollout."""
+    del step
+
+    def env_step(carry: tuple[Any, jax.Array], _: Any) -> tuple[Any, Any]:
+        env_state, rng = carry
+        rng, key = jax.random.split(rng)
+        obs = env_state.obs
+        action, extras = state.agent.policy_step(obs, key)
+        env_state = env.step(env_state, action)
+        rollout = Rollout(
+            obs=obs,
+            action=action,
+            extras=extras,
+            reward=env_state.reward,
+            terminated=env_state.done,
+            truncated=env_state.truncation,
+            next_obs=env_state.info["final_obs"],
+        )
+        return (env_state, rng), (rollout, _episode_stats(env_state))
+
+    (env_state, rng), (rollout, (ret, count)) = jax.lax.scan(
+        env_step, (state.env, state.rng), None, length=rollout_length
+    )
+    agent, info = state.agent.update(rollout)
+    return state.replace(agent=agent, env=env_state, rng=rng), (info, ret.sum(), count.sum())
+
+
+def _chunk(
+    states: FusedState, step: jax.Array, *, iteration: Any, num_iters: int, steps_per_iter: int
+) -> tuple[FusedState, dict[str, jax.Array]]:
+    """``num_iters`` loop iterations of every seed (leading axis of ``states``) in one program."""
+
+    def body(carry: tuple[FusedState, jax.Array], _: Any) -> tuple[Any, Any]:
+        states, step = carry
+        states, out = jax.vmap(iteration, in_axes=(0, None))(states, step)
+        return (states, step + steps_per_iter), out
+
+    (states, _), (infos, ret, count) = jax.lax.scan(body, (states, step), None, length=num_iters)
+    metrics = {k: v[-1] for k, v in infos.items()}
+    metrics["train/episode_return_sum"] = ret.sum(0)
+    metrics["train/episodes"] = count.sum(0)
+    return states, metrics
+
+
+def evaluate_jax(agent: Any, env: Any, key: jax.Array, obs_stats: Any = None) -> jax.Array:
+    """Return of the first episode of each copy of ``env`` under the deterministic policy.
+
+    ``env`` runs ``env.episode_length`` steps (one episode at most per copy; later ones are
+    ignored). With a frozen ``NormalizeObservation`` wrapper, pass the training ``obs_stats``.
+    Pure: jit it, or vmap it over seeds.
+    """
+    state = env.reset(key)
+    if obs_stats is not None:
+        state = env.with_stats(state, obs_stats)
+
+    def body(carry: tuple[Any, jax.Array, jax.Array], _: Any) -> tuple[Any, None]:
+        state, ret, alive = carry
+        state = env.step(state, agent.eval_actions(state.obs))
+        ret = ret + state.reward * alive
+        alive = alive * (1.0 - jnp.maximum(state.done, state.truncation))
+        return (state, ret, alive), None
+
+    ones = jnp.ones(env.num_envs, jnp.float32)
+    (_, ret, _), _ = jax.lax.scan(body, (state, 0.0 * ones, ones), None, length=env.episode_length)
+    return ret
+
+
+def _obs_stats(env_state: Any) -> Any:
+    return env_state.extras.get("obs_stats")
+
+
+def train_fused(
+    agent_cls: Any,
+    agent_config: Any,
+    env: Any,
+    eval_env: Any,
+    cfg: TrainConfig,
+    outs: list[str],
+    agent_name: str = "agent",
+) -> list[dict[str, Any]]:
+    """Train ``len(outs)`` seeds (``cfg.seed + i``) on a JAX env as one program per chunk.
+
+    Each chunk is ``lax.scan`` over loop iterations, vmapped over seeds: off-policy agents act,
+    step, add to their buffer and take ``updates_per_step`` gradient steps per iteration;
+    on-policy agents (``agent_cls.on_policy``) collect a rollout and update on it. Between chunks
+    the host logs, evaluates, checkpoints and advances the progress bar. Each seed writes its own
+    run directory (``outs[i]``), which is also a valid single-seed run: it resumes and evaluates
+    on its own.
+
+    Returns:
+        The per-seed summaries (also written to ``outs[i]/summary.json``).
+    """
+    num_seeds = len(outs)
+    seeds = jnp.arange(num_seeds, dtype=jnp.int32) + cfg.seed
+    on_policy = getattr(agent_cls, "on_policy", False)
+    n = env.num_envs
+    if on_policy:
+        template = init_fused_state(agent_cls, agent_config, env, cfg.seed)
+        rollout_length = template.agent.rollout_length(n)
+        iteration = partial(_on_policy_iteration, env=env, rollout_length=rollout_length)
+        steps_per_iter = rollout_length * n
+    else:
+        num_updates = cfg.updates_per_step or agent_config.utd_ratio * n
+        iteration = partial(_off_policy_iteration, env=env, num_updates=num_updates)
+        steps_per_iter = n
+    iters_per_chunk = max(1, cfg.log_every // steps_per_iter)
+    states = jax.jit(jax.vmap(lambda s: init_fused_state(agent_cls, agent_config, env, s)))(seeds)
+    loggers = [RunLogger(o, cfg.tensorboard, cfg.wandb_project, os.path.basename(o)) for o in outs]
+    ckpts = [Checkpointer(os.path.join(o, "checkpoints")) for o in outs]
+    step = 0
+    last_eval = np.full((num_seeds, 2), np.nan)
+
+    latest = [c.latest_step() for c in ckpts]
+    if any(s is not None for s in latest):
+        if len(set(latest)) != 1:
+            raise ValueError(
+                f"The seed run directories hold checkpoints of different steps ({latest}); "
+                "resume each seed on its own (jaxrl train ... --seed S --out DIR) or start anew."
+            )
+        template = jax.tree.map(lambda x: x[0], states)
+        restored, metas = zip(*(c.restore(template) for c in ckpts), strict=True)
+        states = jax.tree.map(lambda *xs: jnp.stack(xs), *restored)
+        step = int(metas[0]["step"])
+        last_eval = np.array([m.get("last_eval", [np.nan, np.nan]) for m in metas], float)
+        print(f"Resuming {', '.join(outs)} from step {step}.")
+    for logger in loggers:
+        logger.truncate(step)
+    done_already = _completed_summaries(outs, step, cfg.total_steps)
+    if done_already is not None:
+        for logger in loggers:
+            logger.close()
+        return done_already
+
+    def save() -> None:
+        for i, ckpt in enumerate(ckpts):
+            meta = {"step": step, "last_eval": last_eval[i].tolist()}
+            ckpt.save(step, jax.tree.map(lambda x, i=i: x[i], states), meta)
+
+    chunk_fns: dict[int, Any] = {}
+
+    def run_chunk(states: FusedState, num_iters: int) -> tuple[FusedState, Any]:
+        if num_iters not in chunk_fns:
+            fn = partial(
+                _chunk, iteration=iteration, num_iters=num_iters, steps_per_iter=steps_per_iter
+            )
+            chunk_fns[num_iters] = jax.jit(fn, donate_argnums=0)
+        return chunk_fns[num_iters](states, jnp.int32(step))
+
+    eval_fn = jax.jit(
+        jax.vmap(lambda a, k, s: evaluate_jax(a, eval_env, k, s), in_axes=(0, None, 0))
+    )
+    eval_key = jax.random.key(cfg.seed + 10_000)
+    ckpt_every = cfg.checkpoint_every or cfg.eval_every
+    start_step, start_time, updates = step, time.perf_counter(), 0
+    last_log = (step, start_time)
+    bar = _progress_bar(cfg, step)
+    with _StopFlag() as stop:
+        while step < cfg.total_steps and not stop.raised:
+            iters = min(iters_per_chunk, -(-(cfg.total_steps - step) // steps_per_iter))
+            states, metrics = run_chunk(states, iters)
+            prev, step = step, step + iters * steps_per_iter
+            updates += iters * (1 if on_policy else num_updates)
+            if bar is not None:
+                bar.update(step - prev)
+            at_eval = step // cfg.eval_every > prev // cfg.eval_every or step >= cfg.total_steps
+            metrics = jax.device_get(metrics)
+            # Off-policy agents report zeros before learning_starts: do not log those as losses.
+            learned = on_policy or step - steps_per_iter >= agent_config.learning_starts
+            now = time.perf_counter()
+            rate = (step - last_log[0]) / max(now - last_log[1], 1e-9)
+            if at_eval:
+                returns = np.asarray(eval_fn(states.agent, eval_key, _obs_stats(states.env)))
+                last_eval = np.stack([returns.mean(1), returns.std(1)], 1)
+            for i, logger in enumerate(loggers):
+                row = {
+                    k: float(v[i])
+                    for k, v in metrics.items()
+                    if learned and not k.startswith("train/episode")
+                }
+                if metrics["train/episodes"][i] > 0:
+                    row["train/episode_return"] = float(
+                        metrics["train/episode_return_sum"][i] / metrics["train/episodes"][i]
+                    )
+                row["time/env_steps_per_s"] = rate
+                if at_eval:
+                    row["eval_return"], row["eval_return_std"] = map(float, last_eval[i])
+                logger.log(step, row)
+            last_log = (step, time.perf_counter())
+            if bar is not None:
+                bar.set_postfix(sps=f"{rate:.0f}", eval=f"{np.mean(last_eval[:, 0]):.1f}")
+            if step // ckpt_every > prev // ckpt_every or step >= cfg.total_steps:
+                save()
+        if stop.raised:
+            save()
+    if bar is not None:
+        bar.close()
+    wall = time.perf_counter() - start_time
+    summaries = []
+    for i, (out, logger) in enumerate(zip(outs, loggers, strict=True)):
+        logger.plot(f"{agent_name} on {cfg.env} (seed {cfg.seed + i})")
+        logger.close()
+        summary = _summary(
+            agent_name, cfg, cfg.seed + i, step, tuple(last_eval[i]), wall, start_step, updates
+        )
+        write_json(os.path.join(out, "summary.json"), summary)
+        summaries.append(summary)
+    if step < cfg.total_steps:
+        print(f"Stopped at step {step}; checkpoint saved. Rerun the same command to resume.")
+    return summaries
 
 
 __all__ = [
+    "FusedState",
     "LoopState",
     "TrainConfig",
     "evaluate",
+    "evaluate_jax",
+    "init_fused_state",
     "init_loop_state",
     "prepare_run_dir",
     "run_config",
+    "train_fused",
     "train_host",
 ]

@@ -32,3 +32,26 @@ class Transition(NamedTuple):
 
 
 Batch = Transition
+
+
+class Rollout(NamedTuple):
+    """A time-major on-policy rollout; every field has leading dimensions ``[T, N]``.
+
+    Attributes:
+        obs: observation before each action, ``[T, N, obs_dim]``.
+        action: the action in [-1, 1] sent to the env, ``[T, N, act_dim]``.
+        extras: what the agent's ``policy_step`` returned besides the action, stacked over time.
+        reward: raw (unscaled) reward, ``[T, N]``.
+        terminated: 1.0 where the episode truly terminated (no bootstrap), ``[T, N]``.
+        truncated: 1.0 where a time limit ended the episode (bootstrapped), ``[T, N]``.
+        next_obs: the true next observation; at an episode end the final observation, not the
+            auto-reset one (so ``obs[t + 1] != next_obs[t]`` there), ``[T, N, obs_dim]``.
+    """
+
+    obs: jax.Array
+    action: jax.Array
+    extras: dict[str, jax.Array]
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    next_obs: jax.Array

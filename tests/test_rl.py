@@ -102,3 +102,61 @@ def test_subsample_ensemble_two_of_five():
         seen.update(matches)
     # Subsets really are random: with 40 draws of 10 pairs, several distinct pairs appear.
     assert len(seen) >= 5
+
+
+# ------------------------------------------------------------------------------- GAE and PPO clip
+
+
+def _gae_case():
+    # Two envs, three steps, time-major [T=3, N=2]. Env 0 terminates at t=1 (no bootstrap, trace
+    # cut); env 1 is truncated at t=1 (bootstraps from its true final obs, V = 5, trace cut).
+    rewards = jnp.asarray([[1.0, 0.0], [2.0, -1.0], [3.0, 2.0]])
+    values = jnp.asarray([[0.5, 1.0], [1.0, 2.0], [1.5, 3.0]])
+    next_values = jnp.asarray([[1.0, 2.0], [2.0, 5.0], [4.0, 0.5]])
+    terminated = jnp.asarray([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]])
+    done = jnp.asarray([[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+    return rewards, values, next_values, terminated, done
+
+
+def test_gae_advantages_hand_computed_with_termination_and_truncation():
+    got = rl.gae_advantages(*_gae_case(), 0.9, 0.5)
+    # gamma * lambda = 0.45.
+    # env 0: deltas 1 + 0.9*1 - 0.5 = 1.4 | 2 - 1 = 1.0 (terminated) | 3 + 0.9*4 - 1.5 = 5.1
+    #        A2 = 5.1, A1 = 1.0 (cut), A0 = 1.4 + 0.45 * 1.0 = 1.85
+    # env 1: deltas 0 + 0.9*2 - 1 = 0.8 | -1 + 0.9*5 - 2 = 1.5 (truncated) | 2 + 0.45 - 3 = -0.55
+    #        A2 = -0.55, A1 = 1.5 (cut), A0 = 0.8 + 0.45 * 1.5 = 1.475
+    np.testing.assert_allclose(got, [[1.85, 1.475], [1.0, 1.5], [5.1, -0.55]], rtol=1e-6)
+
+
+def test_gae_lambda_limits():
+    rewards, values, next_values, terminated, done = _gae_case()
+    zeros = jnp.zeros_like(done)
+    # lambda = 0: one-step TD errors.
+    got = rl.gae_advantages(rewards, values, next_values, terminated, done, 0.9, 0.0)
+    np.testing.assert_allclose(got, rewards + 0.9 * (1 - terminated) * next_values - values)
+    # lambda = 1, no episode ends (so next_values[t] = values[t + 1]): the discounted return
+    # bootstrapped from the last next value.
+    next_values = jnp.concatenate([values[1:], next_values[-1:]])
+    got = jax.jit(rl.gae_advantages)(rewards, values, next_values, zeros, zeros, 0.9, 1.0)
+    r, nv = np.asarray(rewards), np.asarray(next_values)
+    for t in range(3):
+        ret = sum(0.9**k * r[t + k] for k in range(3 - t)) + 0.9 ** (3 - t) * nv[2]
+        np.testing.assert_allclose(got[t] + values[t], ret, rtol=1e-5)
+
+
+def test_gae_shape_checks():
+    x = jnp.ones((3, 2))
+    with pytest.raises(AssertionError):
+        rl.gae_advantages(jnp.ones(3), jnp.ones(3), jnp.ones(3), jnp.ones(3), jnp.ones(3), 0.9, 0.9)
+    with pytest.raises(AssertionError):
+        rl.gae_advantages(x, x, jnp.ones((2, 3)), x, x, 0.9, 0.9)
+
+
+def test_ppo_clipped_objective_hand_computed():
+    ratio = jnp.asarray([0.5, 1.0, 1.5, 1.5, 0.5])
+    adv = jnp.asarray([1.0, 2.0, 1.0, -1.0, -2.0])
+    got = rl.ppo_clipped_objective(ratio, adv, 0.2)
+    # min(0.5, 0.8) | 2 | min(1.5, 1.2) | min(-1.5, -1.2) | min(-1.0, -1.6)
+    np.testing.assert_allclose(got, [0.5, 2.0, 1.2, -1.5, -1.6], rtol=1e-6)
+    with pytest.raises(AssertionError):
+        rl.ppo_clipped_objective(jnp.ones((2, 2)), jnp.ones((2, 2)), 0.2)

@@ -37,8 +37,8 @@ def _quiet_mujoco_warnings() -> None:
 def _resolve_factory(env_id: str) -> EnvFactory:
     if ":" in env_id and env_id.split(":", 1)[0] in ("jax", "brax"):
         raise EnvError(
-            f"Environment {env_id!r}: JAX simulators (brax:, jax:) are not available in this "
-            "version of jaxrl; use a Gymnasium id such as 'Pendulum-v1' or 'HalfCheetah-v5'."
+            f"Environment {env_id!r} is a JAX env: build it with jaxrl.envs.make_jax_env (the "
+            "fused loop; `jaxrl train` does this), not make_env, which is for Gymnasium ids."
         )
     try:
         gym.spec(env_id)

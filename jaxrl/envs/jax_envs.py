@@ -1,0 +1,284 @@
+"""JAX environments: one protocol for Brax / MJX envs and small pure-JAX envs.
+
+A *core* is a single, unbatched environment with ``reset(key) -> (sim, obs)`` and
+``step(sim, action) -> (sim, obs, reward, terminated)`` in its native action range, with no time
+limit and no auto-reset (see ``jaxrl.envs.classic`` and ``BraxCore``). ``VecEnv`` turns a core into
+the env the training loop uses:
+
+```python
+env = make_jax_env("brax:ant?backend=positional", num_envs=64)
+state = env.reset(key)                 # EnvState with [num_envs, ...] leaves
+state = env.step(state, actions)       # actions in [-1, 1], shape [num_envs, action_size]
+state.obs                # next observation (a reset observation where an episode ended)
+state.info["final_obs"]  # the true next observation of this transition (bootstrap from it)
+state.done               # 1.0 where this transition terminated
+state.truncation         # 1.0 where the time limit cut the episode
+```
+
+Envs are plain Python objects closed over by ``jit``; every changing quantity is in ``EnvState``,
+so the state can be scanned, vmapped over seeds and checkpointed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxrl.envs.gym import EnvError
+
+BRAX_ENVS = (
+    "ant",
+    "halfcheetah",
+    "hopper",
+    "humanoid",
+    "humanoidstandup",
+    "inverted_pendulum",
+    "inverted_double_pendulum",
+    "pusher",
+    "reacher",
+    "walker2d",
+)
+BRAX_BACKENDS = ("mjx", "generalized", "positional", "spring")
+
+
+class EnvState(struct.PyTreeNode):
+    """State of a batch of JAX envs after a step (every leaf has a leading ``num_envs`` axis).
+
+    Attributes:
+        sim: the cores' simulator state.
+        obs: observation to act on next (a fresh reset observation where an episode just ended).
+        reward: reward of the last transition.
+        done: 1.0 where the last transition terminated (no bootstrapping).
+        truncation: 1.0 where the episode was cut by the time limit (bootstrap from final_obs).
+        time: steps taken in the current episode.
+        key: per-env RNG keys for resets.
+        info: ``final_obs`` (true next observation of the last transition) and, from
+            ``RecordEpisodeStatistics``, ``episode_return`` / ``episode_length`` of episodes that
+            ended on the last step (zero elsewhere).
+        extras: wrapper states (e.g. the observation normalizer), keyed by wrapper.
+    """
+
+    sim: Any
+    obs: jax.Array
+    reward: jax.Array
+    done: jax.Array
+    truncation: jax.Array
+    time: jax.Array
+    key: jax.Array
+    info: dict[str, jax.Array]
+    extras: dict[str, Any]
+
+
+class VecEnv:
+    """``num_envs`` copies of a core with a time limit and auto-reset that keeps the final obs.
+
+    Resets are computed only when some copy finished (``lax.cond`` on a scalar), so long episodes
+    do not pay for a reset every step. Actions are passed to the core unchanged (see
+    ``RescaleAction``).
+    """
+
+    def __init__(self, core: Any, num_envs: int, episode_length: int | None = None, name: str = ""):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
+        self.core = core
+        self.num_envs = int(num_envs)
+        self.episode_length = int(episode_length or core.episode_length)
+        if self.episode_length < 1:
+            raise ValueError(f"episode_length must be >= 1, got {self.episode_length}.")
+        self.name = name or getattr(core, "name", type(core).__name__)
+        self.observation_size = int(core.observation_size)
+        self.action_size = int(core.action_size)
+
+    def reset(self, key: jax.Array) -> EnvState:
+        """Reset every copy; ``key`` is split into one key per copy."""
+        keys = jax.random.split(key, (self.num_envs, 2))
+        sim, obs = jax.vmap(self.core.reset)(keys[:, 0])
+        zeros = jnp.zeros(self.num_envs, jnp.float32)
+        return EnvState(
+            sim=sim,
+            obs=obs,
+            reward=zeros,
+            done=zeros,
+            truncation=zeros,
+            time=jnp.zeros(self.num_envs, jnp.int32),
+            key=keys[:, 1],
+            info={"final_obs": obs},
+            extras={},
+        )
+
+    def step(self, state: EnvState, action: jax.Array) -> EnvState:
+        """Step every copy with ``action`` (native range), auto-resetting finished episodes."""
+        sim, obs, reward, terminated = jax.vmap(self.core.step)(state.sim, action)
+        time = state.time + 1
+        terminated = terminated.astype(jnp.float32)
+        truncation = jnp.where((time >= self.episode_length) & (terminated == 0), 1.0, 0.0)
+        ended = (terminated + truncation) > 0
+        split = jax.vmap(jax.random.split)(state.key)
+        key, reset_keys = split[:, 0], split[:, 1]
+
+        def reset_ended(_: Any) -> tuple[Any, jax.Array]:
+            new_sim, new_obs = jax.vmap(self.core.reset)(reset_keys)
+            return _select(ended, new_sim, sim), _select(ended, new_obs, obs)
+
+        sim_next, obs_next = jax.lax.cond(ended.any(), reset_ended, lambda _: (sim, obs), None)
+        return state.replace(
+            sim=sim_next,
+            obs=obs_next,
+            reward=reward.astype(jnp.float32),
+            done=terminated,
+            truncation=truncation.astype(jnp.float32),
+            time=jnp.where(ended, 0, time),
+            key=key,
+            info={**state.info, "final_obs": obs},
+        )
+
+
+def _select(mask: jax.Array, a: Any, b: Any) -> Any:
+    """Per-env ``where(mask, a, b)`` over pytrees whose leaves have a leading env axis."""
+
+    def sel(x: jax.Array, y: jax.Array) -> jax.Array:
+        return jnp.where(mask.reshape(mask.shape + (1,) * (x.ndim - 1)), x, y)
+
+    return jax.tree.map(sel, a, b)
+
+
+class BraxCore:
+    """A ``brax.envs`` environment as a core (Brax's own wrappers are not used).
+
+    Args:
+        name: a Brax env name, e.g. ``"ant"``.
+        backend: ``"mjx"`` (default), ``"generalized"``, ``"positional"`` or ``"spring"``.
+        **kwargs: passed to ``brax.envs.get_environment`` (e.g. ``terminate_when_unhealthy``).
+    """
+
+    episode_length = 1000
+    action_low = -1.0
+    action_high = 1.0
+
+    def __init__(self, name: str, backend: str = "mjx", **kwargs: Any):
+        from brax import envs
+
+        self.name = f"brax:{name}"
+        self.env = envs.get_environment(name, backend=backend, **kwargs)
+        self.observation_size = self.env.observation_size
+        self.action_size = self.env.action_size
+
+    def reset(self, key: jax.Array) -> tuple[Any, jax.Array]:
+        """Brax reset; the simulator state is Brax's ``State``."""
+        state = self.env.reset(key)
+        return state, state.obs
+
+    def step(self, state: Any, action: jax.Array) -> tuple[Any, jax.Array, jax.Array, jax.Array]:
+        """Brax step; ``done`` is Brax's termination flag."""
+        state = self.env.step(state, action)
+        return state, state.obs, state.reward, state.done
+
+
+def parse_env_id(env_id: str) -> tuple[str, str, dict[str, Any]]:
+    """Split ``'brax:ant?backend=positional&episode_length=500'`` into (kind, name, options).
+
+    Option values are converted to int, float or bool where they look like one.
+    """
+    kind, _, rest = env_id.partition(":")
+    name, _, query = rest.partition("?")
+    options: dict[str, Any] = {}
+    for part in filter(None, query.split("&")):
+        key, eq, value = part.partition("=")
+        if not eq or not key:
+            raise EnvError(f"Environment {env_id!r}: option {part!r} is not of the form key=value.")
+        options[key] = _parse_value(value)
+    return kind, name, options
+
+
+def _parse_value(value: str) -> Any:
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    for convert in (int, float):
+        try:
+            return convert(value)
+        except ValueError:
+            pass
+    return value
+
+
+def is_jax_env(env_id: str) -> bool:
+    """True for ids the fused loop runs (``brax:...`` and ``jax:...``)."""
+    return env_id.split(":", 1)[0] in ("brax", "jax") and ":" in env_id
+
+
+def _unknown(kind: str, name: str, known: tuple[str, ...] | list[str]) -> EnvError:
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
+    hint = f" Did you mean {', '.join(f'{kind}:{c}' for c in close)}?" if close else ""
+    return EnvError(f"Unknown {kind} environment {name!r}.{hint} Known: {', '.join(known)}.")
+
+
+def make_core(env_id: str) -> tuple[Any, dict[str, Any]]:
+    """The core named by ``env_id`` and the loop-level options (``episode_length``)."""
+    kind, name, options = parse_env_id(env_id)
+    loop_options = {k: options.pop(k) for k in ("episode_length",) if k in options}
+    if kind == "brax":
+        if name not in BRAX_ENVS:
+            raise _unknown("brax", name, BRAX_ENVS)
+        backend = options.pop("backend", "mjx")
+        if backend not in BRAX_BACKENDS:
+            raise EnvError(
+                f"Environment {env_id!r}: unknown Brax backend {backend!r}; use one of "
+                f"{', '.join(BRAX_BACKENDS)} (e.g. brax:{name}?backend=positional)."
+            )
+        try:
+            core = BraxCore(name, backend, **options)
+        except TypeError as err:
+            raise EnvError(f"Environment {env_id!r}: bad option ({err}).") from None
+        return core, loop_options
+    if kind == "jax":
+        from jaxrl.envs.classic import CLASSIC_ENVS
+
+        if name not in CLASSIC_ENVS:
+            raise _unknown("jax", name, sorted(CLASSIC_ENVS))
+        try:
+            return CLASSIC_ENVS[name](**options), loop_options
+        except TypeError as err:
+            raise EnvError(f"Environment {env_id!r}: bad option ({err}).") from None
+    raise EnvError(
+        f"Environment {env_id!r} is not a JAX env id; use 'brax:NAME' (one of "
+        f"{', '.join(BRAX_ENVS)}) or 'jax:NAME'."
+    )
+
+
+def make_jax_env(env_id: str, num_envs: int, normalize_obs: bool = False) -> Any:
+    """Build the vectorized env the fused loop uses, with standard wrappers.
+
+    Args:
+        env_id: ``brax:NAME[?backend=mjx&episode_length=1000&...]`` or ``jax:NAME[?...]``.
+        num_envs: parallel copies.
+        normalize_obs: add a running observation normalizer (``NormalizeObservation``).
+
+    Returns:
+        ``RecordEpisodeStatistics(RescaleAction(VecEnv(core)))``, optionally inside
+        ``NormalizeObservation``; its actions are in ``[-1, 1]``.
+    """
+    from jaxrl.envs.wrappers import NormalizeObservation, RecordEpisodeStatistics, RescaleAction
+
+    core, options = make_core(env_id)
+    env: Any = VecEnv(core, num_envs, options.get("episode_length"), name=env_id)
+    env = RecordEpisodeStatistics(RescaleAction(env, core.action_low, core.action_high))
+    if normalize_obs:
+        env = NormalizeObservation(env)
+    return env
+
+
+__all__ = [
+    "BRAX_BACKENDS",
+    "BRAX_ENVS",
+    "BraxCore",
+    "EnvState",
+    "VecEnv",
+    "is_jax_env",
+    "make_core",
+    "make_jax_env",
+    "parse_env_id",
+]
