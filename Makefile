@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench peers clean
+.PHONY: demo test lint bench bench-jax peers peers-brax clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -29,6 +29,14 @@ peers:
 
 bench: $(STAMP) peers
 	$(BIN)/python benchmarks/throughput.py
+
+## brax.training 0.14.2 needs jax 0.7.x: it gets its own virtualenv (.venv-brax).
+peers-brax:
+	bash benchmarks/peers/setup_brax.sh
+
+## Fused loop on Brax envs vs brax.training, and 8 vmapped seeds vs 1 (~30 min on 2 cores).
+bench-jax: $(STAMP) peers-brax
+	$(BIN)/python benchmarks/jax_envs.py
 
 clean:
 	rm -rf $(VENV) runs

@@ -4,17 +4,21 @@ from jaxrl.buffers import BufferState, ReplayBuffer, buffer_from_arrays, make_re
 from jaxrl.checkpoint import Checkpointer, CheckpointError
 from jaxrl.config import ConfigError
 from jaxrl.distributions import TanhNormal
-from jaxrl.envs import EnvError, HostEnv, make_env
+from jaxrl.envs import EnvError, HostEnv, make_env, make_jax_env
 from jaxrl.training import (
+    FusedState,
     LoopState,
     TrainConfig,
     evaluate,
+    evaluate_jax,
+    init_fused_state,
     init_loop_state,
     prepare_run_dir,
     run_config,
+    train_fused,
     train_host,
 )
-from jaxrl.types import Batch, Transition
+from jaxrl.types import Batch, Rollout, Transition
 
 __version__ = "0.1.0"
 
@@ -25,18 +29,24 @@ __all__ = [
     "Checkpointer",
     "ConfigError",
     "EnvError",
+    "FusedState",
     "HostEnv",
     "LoopState",
     "ReplayBuffer",
+    "Rollout",
     "TanhNormal",
     "TrainConfig",
     "Transition",
     "buffer_from_arrays",
     "evaluate",
+    "evaluate_jax",
+    "init_fused_state",
     "init_loop_state",
     "make_env",
+    "make_jax_env",
     "make_replay_buffer",
     "prepare_run_dir",
     "run_config",
+    "train_fused",
     "train_host",
 ]

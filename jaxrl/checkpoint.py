@@ -27,17 +27,31 @@ def _is_key(x: Any) -> bool:
 
 
 def _to_savable(tree: Any) -> Any:
-    # Typed PRNG keys are stored as their raw uint32 key data.
-    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+    # Typed PRNG keys are stored as their raw uint32 key data. Zero-size arrays (e.g. MJX's
+    # activation state of models without activations) hold no data and orbax refuses them, so
+    # they are left out (None) and taken from the template on restore.
+    def savable(x: Any) -> Any:
+        if _is_key(x):
+            return jax.random.key_data(x)
+        return None if np.size(x) == 0 and hasattr(x, "shape") else x
+
+    return jax.tree.map(savable, tree)
 
 
 def _from_savable(restored: Any, template: Any) -> Any:
-    def rewrap(r: Any, t: Any) -> Any:
+    leaves, treedef = jax.tree.flatten(template)
+    saved = iter(jax.tree.leaves(restored))
+    out = []
+    for t in leaves:
         if _is_key(t):
-            return jax.random.wrap_key_data(r, impl=jax.random.key_impl(t))
-        return r
-
-    return jax.tree.map(rewrap, restored, template)
+            out.append(jax.random.wrap_key_data(next(saved), impl=jax.random.key_impl(t)))
+        elif np.size(t) == 0 and hasattr(t, "shape"):
+            out.append(t)
+        else:
+            out.append(next(saved))
+    if next(saved, None) is not None:
+        raise ValueError("the checkpoint holds more arrays than the template")
+    return jax.tree.unflatten(treedef, out)
 
 
 class Checkpointer:

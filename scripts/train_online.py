@@ -43,7 +43,7 @@ def main(args: Args) -> dict:
     cfg = args.train
 
     # Environments: `num_envs` training copies and one eval copy per evaluation episode.
-    env = jaxrl.make_env(cfg.env, cfg.num_envs)
+    env = jaxrl.make_env(cfg.env, cfg.num_envs or 1)
     eval_env = jaxrl.make_env(cfg.env, cfg.eval_episodes)
 
     # The agent is a pytree; create() only needs example (unbatched) observation and action.

@@ -357,3 +357,14 @@ def test_failed_restore_of_older_step_does_not_point_to_newer_step(two_checkpoin
     with pytest.raises(CheckpointError) as info:
         ckpt.restore(template, step=1)
     assert "step 2" not in str(info.value)
+
+
+def test_checkpoint_round_trips_zero_size_arrays(tmp_path):
+    # MJX states hold zero-size arrays (e.g. no actuator activations); orbax cannot store them.
+    tree = {**_tree(2), "act": jnp.zeros((0,), jnp.float32), "rows": jnp.zeros((3, 0))}
+    ckpt = Checkpointer(tmp_path / "ck")
+    ckpt.save(1, tree, {"step": 1})
+    template = {**_tree(0), "act": jnp.zeros((0,), jnp.float32), "rows": jnp.zeros((3, 0))}
+    got, meta = ckpt.restore(template)
+    _assert_tree_equal(got, _tree(2))
+    assert got["act"].shape == (0,) and got["rows"].shape == (3, 0) and meta["step"] == 1

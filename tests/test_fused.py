@@ -147,3 +147,28 @@ def test_ppo_learns_jax_pendulum(tmp_path):
     )  # fmt: skip
     assert summary["total_steps"] == 163840
     assert summary["final_eval_return_mean"] >= -250, summary
+
+
+def test_train_jax_script_runs_ppo_with_two_seeds(tmp_path):
+    import runpy
+
+    from jaxrl.agents import PPOConfig
+    from jaxrl.training import TrainConfig
+
+    script = runpy.run_path(
+        os.path.join(os.path.dirname(__file__), "..", "scripts", "train_jax.py")
+    )
+    cfg = TrainConfig(
+        env="jax:point_mass", total_steps=160, num_envs=4, num_seeds=2, out=str(tmp_path / "p"),
+        eval_every=80, log_every=40, eval_episodes=2, progress=False, tensorboard=False,
+    )  # fmt: skip
+    ppo = PPOConfig(
+        batch_size=4, num_minibatches=2, unroll_length=5, policy_hidden_dims=(8,),
+        value_hidden_dims=(8,),
+    )  # fmt: skip
+    summaries = script["main"](script["Args"](agent="ppo", train=cfg, ppo=ppo))
+    assert [s["seed"] for s in summaries] == [0, 1]
+    assert all(s["completed"] and s["total_steps"] == 160 for s in summaries)
+    rows = read_metrics(str(tmp_path / "p" / "s1" / "metrics.csv"))
+    assert [r["step"] for r in rows if "eval_return" in r] == [80, 160]
+    assert all(np.isfinite(r["policy/loss"]) for r in rows)
