@@ -539,7 +539,18 @@ def _chunk(
 
     def body(carry: tuple[FusedState, jax.Array], _: Any) -> tuple[Any, Any]:
         states, step = carry
-        states, out = jax.vmap(iteration, in_axes=(0, None))(states, step)
+        if jax.tree.leaves(states)[0].shape[0] == 1:
+            # One seed: run unbatched (vmap over a size-1 axis makes XLA emit batched
+            # matmuls and scatters that are measurably slower on CPU).
+            state, out = iteration(jax.tree.map(lambda x: x[0], states), step)
+            new_states, out = jax.tree.map(lambda x: x[None], (state, out))
+        else:
+            new_states, out = jax.vmap(iteration, in_axes=(0, None))(states, step)
+        # Keep the carry's types exactly (simulators may return weakly typed leaves, e.g. Brax's
+        # reward), so the next chunk call does not recompile.
+        states = jax.tree.map(
+            lambda n, o: jax.lax.convert_element_type(n, o.dtype), new_states, states
+        )
         return (states, step + steps_per_iter), out
 
     (states, _), (infos, ret, count) = jax.lax.scan(body, (states, step), None, length=num_iters)
@@ -612,6 +623,9 @@ def train_fused(
         steps_per_iter = n
     iters_per_chunk = max(1, cfg.log_every // steps_per_iter)
     states = jax.jit(jax.vmap(lambda s: init_fused_state(agent_cls, agent_config, env, s)))(seeds)
+    # Weakly typed leaves (e.g. flax's TrainState.step) come back strongly typed from a chunk,
+    # which would recompile the chunk once; make them strong up front.
+    states = jax.tree.map(lambda x: jnp.array(x, dtype=x.dtype), states)
     loggers = [RunLogger(o, cfg.tensorboard, cfg.wandb_project, os.path.basename(o)) for o in outs]
     ckpts = [Checkpointer(os.path.join(o, "checkpoints")) for o in outs]
     step = 0
