@@ -621,7 +621,9 @@ def train_fused(
         num_updates = cfg.updates_per_step or agent_config.utd_ratio * n
         iteration = partial(_off_policy_iteration, env=env, num_updates=num_updates)
         steps_per_iter = n
-    iters_per_chunk = max(1, cfg.log_every // steps_per_iter)
+    # Chunks end at every log, eval and checkpoint point (the host acts only between chunks).
+    every = min(cfg.log_every, cfg.eval_every, cfg.checkpoint_every or cfg.eval_every)
+    iters_per_chunk = max(1, every // steps_per_iter)
     states = jax.jit(jax.vmap(lambda s: init_fused_state(agent_cls, agent_config, env, s)))(seeds)
     # Weakly typed leaves (e.g. flax's TrainState.step) come back strongly typed from a chunk,
     # which would recompile the chunk once; make them strong up front.
