@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-jax peers peers-brax clean
+.PHONY: demo test lint bench bench-jax bench-offline peers peers-brax clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -37,6 +37,10 @@ peers-brax:
 ## Fused loop on Brax envs vs brax.training, and 8 vmapped seeds vs 1 (~30 min on 2 cores).
 bench-jax: $(STAMP) peers-brax
 	$(BIN)/python benchmarks/jax_envs.py
+
+## Offline agents (BC, TD3+BC, CQL, IQL, ReBRAC) vs d3rlpy, updates/s on one dataset (~5 min).
+bench-offline: $(STAMP) peers
+	$(BIN)/python benchmarks/offline.py
 
 clean:
 	rm -rf $(VENV) runs

@@ -8,6 +8,7 @@ from jaxrl.envs import EnvError, HostEnv, make_env, make_jax_env
 from jaxrl.training import (
     FusedState,
     LoopState,
+    OfflineState,
     TrainConfig,
     evaluate,
     evaluate_jax,
@@ -17,6 +18,7 @@ from jaxrl.training import (
     run_config,
     train_fused,
     train_host,
+    train_offline,
 )
 from jaxrl.types import Batch, Rollout, Transition
 
@@ -32,6 +34,7 @@ __all__ = [
     "FusedState",
     "HostEnv",
     "LoopState",
+    "OfflineState",
     "ReplayBuffer",
     "Rollout",
     "TanhNormal",
@@ -49,4 +52,5 @@ __all__ = [
     "run_config",
     "train_fused",
     "train_host",
+    "train_offline",
 ]

@@ -11,10 +11,13 @@ import os
 import sys
 from typing import Annotated, Any
 
-USAGE = """usage: jaxrl {{train,eval,plot}} ...
+USAGE = """usage: jaxrl {{train,eval,dataset,plot}} ...
 
   jaxrl train AGENT --env ENV [--total-steps N] [--seed S] [--num-envs E] [--out DIR]
                     [--eval-every N] [--eval-episodes N] [agent options...]
+  jaxrl train AGENT --dataset PATH|minari:ID [--env ENV] ...   offline agents
+  jaxrl dataset collect --env ENV --policy RUN_DIR --kind KIND --steps N --out FILE.hdf5
+  jaxrl dataset info FILE            size, episodes, returns, reference scores
   jaxrl eval DIR [--episodes N]      print one JSON line with the evaluation return
   jaxrl plot DIR [DIR ...] [--out FILE]   plot eval return against steps
 
@@ -24,9 +27,9 @@ agents: {agents}
 
 
 def _agents() -> dict[str, Any]:
-    from jaxrl.agents import AGENTS
+    from jaxrl.runs import agent_registry
 
-    return AGENTS
+    return agent_registry()
 
 
 def _usage() -> str:
@@ -57,7 +60,11 @@ def parse_train_args(agent_name: str, argv: list[str]) -> tuple[Any, Any]:
         prog=f"jaxrl train {agent_name}",
         description=f"Train {agent_name} online. Resumes when --out holds a checkpoint.",
     )
-    return args.train, args.agent
+    train_cfg = args.train
+    env_given = any(a == "--env" or a.startswith("--env=") for a in argv)
+    if train_cfg.dataset and not env_given:
+        train_cfg = dataclasses.replace(train_cfg, env="")  # "": the dataset's env (train())
+    return train_cfg, args.agent
 
 
 def train(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
@@ -67,8 +74,21 @@ def train(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     (also ``OUT/summary.json``) aggregates them.
     """
     from jaxrl.envs.jax_envs import is_jax_env
+    from jaxrl.offline import OFFLINE_AGENTS
 
     agent_cls, _ = _agents()[agent_name]
+    if train_cfg.dataset:
+        if agent_name not in OFFLINE_AGENTS:
+            raise ValueError(
+                f"{agent_name} is an online agent; --dataset is for the offline agents "
+                f"({', '.join(OFFLINE_AGENTS)})."
+            )
+        return _train_offline(agent_name, train_cfg, agent_cfg)
+    if agent_name in OFFLINE_AGENTS:
+        raise ValueError(
+            f"{agent_name} is an offline agent: pass --dataset PATH (a D4RL .hdf5 file, a Minari "
+            "dataset directory or minari:ID); `jaxrl dataset collect` makes one."
+        )
     if is_jax_env(train_cfg.env):
         return _train_jax(agent_name, train_cfg, agent_cfg)
     if getattr(agent_cls, "on_policy", False):
@@ -96,22 +116,38 @@ def train(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     return summary
 
 
+def _train_offline(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
+    """Load and validate the dataset, build the eval env, then run the offline loop."""
+    from jaxrl.offline.setup import setup_offline
+    from jaxrl.training import prepare_run_dir, run_config, train_offline
+
+    s = setup_offline(_agents()[agent_name][0], agent_cfg, train_cfg)
+    out = s.train_config.out or _default_out(agent_name, s.train_config)
+    config = run_config(agent_name, s.agent_config, s.train_config)
+    prepare_run_dir(out, {**config, "dataset_info": s.run_config_extras()})
+    summary = train_offline(
+        s.agent, s.data, s.eval_env, s.train_config, out, agent_name, s.dataset.normalized_score
+    )
+    if hasattr(s.eval_env, "close"):
+        s.eval_env.close()
+    return summary
+
+
+def _dataset_score(config: dict[str, Any], ret: float) -> float | None:
+    """Normalized score of ``ret`` with the references recorded when the run was trained."""
+    from jaxrl.offline import normalized_score, reference_returns
+
+    refs = (config.get("dataset_info") or {}).get("ref_returns")
+    return normalized_score(ret, tuple(refs) if refs else reference_returns(config["env"]))
+
+
 def _default_out(agent_name: str, cfg: Any) -> str:
     seeds = f"s{cfg.seed}" if cfg.num_seeds == 1 else f"s{cfg.seed}-{cfg.seed + cfg.num_seeds - 1}"
-    name = f"{agent_name}-{cfg.env.split('?')[0]}-{seeds}"
+    where = cfg.env.split("?")[0]
+    if cfg.dataset:
+        where = os.path.splitext(os.path.basename(os.path.normpath(cfg.dataset)))[0]
+    name = f"{agent_name}-{where}-{seeds}"
     return os.path.join("runs", name.replace(":", "_"))
-
-
-def make_jax_envs(env_id: str, num_envs: int, eval_episodes: int, agent_cfg: Any) -> tuple:
-    """Training and evaluation JAX envs; both normalize observations if the agent asks for it."""
-    from jaxrl.envs.jax_envs import make_jax_env
-
-    norm = bool(getattr(agent_cfg, "normalize_observations", False))
-    env = make_jax_env(env_id, num_envs, normalize_obs=norm)
-    eval_env = make_jax_env(env_id, eval_episodes, normalize_obs=norm)
-    if norm:
-        eval_env.update = False  # evaluation uses the training statistics, frozen
-    return env, eval_env
 
 
 def _train_jax(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
@@ -120,6 +156,7 @@ def _train_jax(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any
     import numpy as np
 
     from jaxrl.logging import plot_learning_curves, write_json
+    from jaxrl.runs import make_jax_envs
     from jaxrl.training import prepare_run_dir, run_config, train_fused
 
     agent_cls, _ = _agents()[agent_name]
@@ -162,49 +199,36 @@ def _train_jax(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any
 
 def evaluate_run(run_dir: str, episodes: int | None = None) -> dict[str, Any]:
     """Restore the newest checkpoint of ``run_dir`` and evaluate its deterministic policy."""
-    from jaxrl.checkpoint import Checkpointer
     from jaxrl.envs import make_env
     from jaxrl.envs.jax_envs import is_jax_env
-    from jaxrl.training import TrainConfig, evaluate, init_loop_state
+    from jaxrl.runs import load_run, make_jax_envs
+    from jaxrl.training import evaluate, evaluate_jax
 
-    path = os.path.join(run_dir, "config.json")
-    if not os.path.exists(path):
-        raise SystemExit(f"{run_dir} is not a jaxrl run directory (no config.json).")
-    with open(path) as f:
-        config = json.load(f)
-    agent_cls, config_cls = _agents()[config["agent"]]
-    agent_cfg = config_cls(**_tuples(config["agent_config"]))
-    train_cfg = TrainConfig(**config["train"])
-    episodes = episodes or train_cfg.eval_episodes
-    ckpt = Checkpointer(os.path.join(run_dir, "checkpoints"))
-    if is_jax_env(config["env"]):
+    run = load_run(run_dir)
+    episodes = episodes or run.train_config.eval_episodes
+    env_id = run.config["env"]
+    seed = run.train_config.seed + 20_000
+    if is_jax_env(env_id):
         import jax
 
-        from jaxrl.training import evaluate_jax, init_fused_state
-
-        env, eval_env = make_jax_envs(config["env"], train_cfg.num_envs, episodes, agent_cfg)
-        state, meta = ckpt.restore(init_fused_state(agent_cls, agent_cfg, env, config["seed"]))
-        stats = state.env.extras.get("obs_stats")
-        key = jax.random.key(train_cfg.seed + 20_000)
-        returns = jax.jit(lambda a, s: evaluate_jax(a, eval_env, key, s))(state.agent, stats)
+        _, eval_env = make_jax_envs(env_id, 1, episodes, run.agent_config)
+        fn = jax.jit(lambda a, s: evaluate_jax(a, eval_env, jax.random.key(seed), s))
+        returns = fn(run.agent, run.obs_stats)
     else:
-        env = make_env(config["env"], episodes)
-        agent = agent_cls.create(agent_cfg, env.obs_example, env.action_example, config["seed"])
-        state, meta = ckpt.restore(init_loop_state(agent, env, config["seed"]))
-        returns = evaluate(state.agent, env, train_cfg.seed + 20_000)
+        env = make_env(env_id, episodes)
+        returns = evaluate(run.agent, env, seed)
         env.close()
-    return {
+    result = {
         "return_mean": float(returns.mean()),
         "return_std": float(returns.std()),
         "episodes": int(episodes),
-        "step": int(meta["step"]),
-        "agent": config["agent"],
-        "env": config["env"],
+        "step": int(run.meta["step"]),
+        "agent": run.config["agent"],
+        "env": env_id,
     }
-
-
-def _tuples(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+    if run.config.get("dataset"):
+        result["normalized_score"] = _dataset_score(run.config, result["return_mean"])
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -233,6 +257,8 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--episodes", type=int, default=None)
         a = p.parse_args(rest)
         print(json.dumps(_guard(lambda: evaluate_run(a.run_dir, a.episodes))))
+    elif cmd == "dataset":
+        _guard(lambda: dataset_command(rest))
     elif cmd == "plot":
         import argparse
 
@@ -249,6 +275,54 @@ def main(argv: list[str] | None = None) -> None:
         print(plot_learning_curves(curves, a.out))
     else:
         raise SystemExit(f"Unknown command {cmd!r}.\n{_usage()}")
+
+
+def dataset_command(argv: list[str]) -> None:
+    """``jaxrl dataset collect ...`` (write a D4RL-format file) and ``jaxrl dataset info FILE``."""
+    import argparse
+
+    from jaxrl.offline import KINDS, collect, load_dataset, save_d4rl
+
+    p = argparse.ArgumentParser(prog="jaxrl dataset")
+    sub = p.add_subparsers(dest="action", required=True)
+    c = sub.add_parser("collect", help="generate a D4RL-style dataset from a policy run")
+    c.add_argument("--env", default=None, help="Gymnasium env id (default: the policy's env)")
+    c.add_argument("--policy", default=None, help="run directory of the behavior policy")
+    c.add_argument("--policy-step", type=int, default=None, help="checkpoint step of --policy")
+    c.add_argument("--kind", required=True, choices=KINDS)
+    c.add_argument("--medium-policy", default=None, help="medium run directory (medium-expert)")
+    c.add_argument("--expert-policy", default=None, help="run whose return is the reference max")
+    c.add_argument("--steps", type=int, default=1_000_000, help="transitions to collect")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--ref-min-return", type=float, default=None)
+    c.add_argument("--ref-max-return", type=float, default=None)
+    c.add_argument("--out", required=True, help="output .hdf5 path")
+    i = sub.add_parser("info", help="size, episodes, returns and reference scores of a dataset")
+    i.add_argument("dataset", help="a .hdf5 file, a Minari dataset directory, or minari:ID")
+    a = p.parse_args(argv)
+    if a.action == "info":
+        print(json.dumps(load_dataset(a.dataset).info(), indent=2, default=str))
+        return
+    ds = collect(
+        a.env,
+        a.kind,
+        a.steps,
+        a.seed,
+        policy=a.policy,
+        policy_step=a.policy_step,
+        medium_policy=a.medium_policy,
+        expert_policy=a.expert_policy,
+        ref_min_return=a.ref_min_return,
+        ref_max_return=a.ref_max_return,
+    )
+    path = save_d4rl(ds, a.out)
+    info = ds.info()
+    print(
+        f"wrote {path}: {info['transitions']} transitions, {info['episodes']} episodes, return "
+        f"{info['return_mean']:.1f} +/- {info['return_std']:.1f}, normalized "
+        f"{info['normalized_score_mean']:.1f} (refs {info['ref_min_return']:.1f} .. "
+        f"{info['ref_max_return']:.1f})"
+    )
 
 
 def _guard(fn: Any) -> Any:

@@ -157,15 +157,44 @@ class ValueNetwork(nn.Module):
 
 
 class DeterministicActor(nn.Module):
-    """Deterministic policy ``a = tanh(MLP(s))`` in ``[-1, 1]`` (TD3, TD3+BC)."""
+    """Deterministic policy ``a = tanh(MLP(s))`` in ``[-1, 1]`` (TD3, TD3+BC, ReBRAC).
+
+    ``layer_norm`` adds LayerNorm after each hidden Dense layer (ReBRAC's optional actor LN).
+    """
 
     action_dim: int
     hidden_dims: Sequence[int] = (256, 256)
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         """Action for ``obs``."""
-        return jnp.tanh(MLP((*self.hidden_dims, self.action_dim))(obs))
+        return jnp.tanh(
+            MLP((*self.hidden_dims, self.action_dim), layer_norm=self.layer_norm)(obs)
+        )
+
+
+class GaussianActor(nn.Module):
+    """Gaussian policy with a tanh-squashed mean and a state-independent log-std (IQL, AWR).
+
+    As in the IQL authors' code (``state_dependent_std=False, tanh_squash_distribution=False``):
+    the distribution itself is an unsquashed Gaussian ``N(tanh(MLP(s)), exp(log_std)^2)``, so the
+    log-likelihood of dataset actions at the ``[-1, 1]`` bounds stays finite. ``log_std`` is one
+    learned vector (initialized at 0) clipped to ``[log_std_min, log_std_max]``.
+    """
+
+    action_dim: int
+    hidden_dims: Sequence[int] = (256, 256)
+    log_std_min: float = -5.0
+    log_std_max: float = 2.0
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``(mean, std)`` of the action distribution; both ``[..., action_dim]``."""
+        mean = jnp.tanh(MLP((*self.hidden_dims, self.action_dim))(obs))
+        log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
+        std = jnp.exp(jnp.clip(log_std, self.log_std_min, self.log_std_max))
+        return mean, jnp.broadcast_to(std, mean.shape)
 
 
 class Temperature(nn.Module):
@@ -182,14 +211,37 @@ class Temperature(nn.Module):
         return jnp.exp(log_alpha)
 
 
+def _cosine_adam(learning_rate: jax.Array, decay_steps: int) -> optax.GradientTransformation:
+    # The base rate stays an injected leaf (sweepable); only the decay factor is scheduled.
+    cosine = optax.cosine_decay_schedule(1.0, decay_steps)
+    return optax.adam(lambda count: learning_rate * cosine(count))
+
+
 def make_train_state(
-    module: nn.Module, key: jax.Array, learning_rate: float, *example_inputs: jax.Array
+    module: nn.Module,
+    key: jax.Array,
+    learning_rate: float,
+    *example_inputs: jax.Array,
+    cosine_decay_steps: int | None = None,
 ) -> TrainState:
     """Initialize ``module`` and an Adam optimizer whose learning rate is a pytree leaf.
 
     ``optax.inject_hyperparams`` keeps the learning rate in the optimizer state, so a vmapped
     sweep over learning rates compiles once.
+
+    Args:
+        module: the network.
+        key: PRNG key of the parameter initialization.
+        learning_rate: Adam step size (``opt_state.hyperparams["learning_rate"]``).
+        *example_inputs: example inputs of ``module.init``.
+        cosine_decay_steps: if set, the step size is multiplied by a cosine decay from 1 to 0
+            over this many updates (then stays 0), as the IQL authors' actor optimizer.
     """
     params = module.init(key, *example_inputs)
-    tx = optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate)
+    if cosine_decay_steps is None:
+        tx = optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate)
+    else:
+        tx = optax.inject_hyperparams(_cosine_adam, static_args="decay_steps")(
+            learning_rate=learning_rate, decay_steps=cosine_decay_steps
+        )
     return TrainState.create(apply_fn=module.apply, params=params, tx=tx)

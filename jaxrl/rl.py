@@ -119,3 +119,100 @@ def ppo_clipped_objective(
     chex.assert_equal_shape([ratio, advantage])
     clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
     return jnp.minimum(ratio * advantage, clipped * advantage)
+
+
+def smoothed_target_actions(
+    key: jax.Array,
+    actions: jax.Array,
+    noise_std: float | jax.Array,
+    noise_clip: float | jax.Array,
+) -> jax.Array:
+    """Target policy smoothing: ``clip(a + clip(eps, -c, c), -1, 1)``, ``eps ~ N(0, sigma^2)``.
+
+    Fujimoto et al. (2018), "Addressing Function Approximation Error in Actor-Critic Methods"
+    (TD3), eq. 14; used by TD3, TD3+BC and ReBRAC for the next action of the TD target.
+
+    Args:
+        key: PRNG key of the noise.
+        actions: ``[..., act_dim]`` target-policy actions in ``[-1, 1]``.
+        noise_std: scalar noise standard deviation sigma.
+        noise_clip: scalar clip range c of the noise.
+
+    Returns:
+        Noisy actions of the same shape, in ``[-1, 1]``.
+    """
+    noise = jnp.clip(noise_std * jax.random.normal(key, actions.shape), -noise_clip, noise_clip)
+    return jnp.clip(actions + noise, -1.0, 1.0)
+
+
+def expectile_loss(diff: jax.Array, expectile: float | jax.Array) -> jax.Array:
+    """Asymmetric squared loss ``|tau - 1(u < 0)| * u^2`` of ``u = diff`` (unreduced).
+
+    Kostrikov et al. (2021), "Offline Reinforcement Learning with Implicit Q-Learning", eq. 3
+    (the value loss of eq. 5 applies it): minimizing its mean over ``u = target - prediction``
+    makes the prediction the ``tau``-expectile of the target (``tau = 0.5`` gives the mean,
+    ``tau -> 1`` the maximum).
+
+    Args:
+        diff: ``[B]`` residuals ``target - prediction``.
+        expectile: scalar ``tau`` in (0, 1).
+
+    Returns:
+        ``[B]`` per-sample losses; callers take the mean.
+    """
+    chex.assert_rank(diff, 1)
+    weight = jnp.where(diff < 0, 1.0 - expectile, expectile)
+    return weight * diff**2
+
+
+def awr_weights(
+    advantage: jax.Array, temperature: float | jax.Array, max_weight: float | jax.Array = 100.0
+) -> jax.Array:
+    """Advantage weights ``min(exp(beta * A), max_weight)``, without gradient.
+
+    The policy-extraction weights of Kostrikov et al. (2021), IQL eq. 7 (after Peng et al., 2019,
+    "Advantage-Weighted Regression"), clipped as in the IQL authors' code (``max_weight = 100``).
+
+    Args:
+        advantage: ``[B]`` advantages ``Q(s, a) - V(s)``.
+        temperature: scalar inverse temperature ``beta`` (0 = behavior cloning).
+        max_weight: upper clip of the weights, which keeps one large advantage from dominating.
+
+    Returns:
+        ``[B]`` non-negative, stop-gradiented weights.
+    """
+    chex.assert_rank(advantage, 1)
+    return jax.lax.stop_gradient(jnp.minimum(jnp.exp(temperature * advantage), max_weight))
+
+
+def bc_mse(pred_actions: jax.Array, actions: jax.Array) -> jax.Array:
+    """Behavior-cloning regression ``mean((pi(s) - a)^2)`` over batch and action dimensions.
+
+    The deterministic BC objective (e.g. Fujimoto & Gu, 2021, "A Minimalist Approach to Offline
+    RL", eq. 3's BC term; CORL's and d3rlpy's BC).
+
+    Args:
+        pred_actions: ``[B, act_dim]`` policy actions.
+        actions: ``[B, act_dim]`` dataset actions.
+
+    Returns:
+        Scalar loss.
+    """
+    chex.assert_rank([pred_actions, actions], 2)
+    chex.assert_equal_shape([pred_actions, actions])
+    return jnp.mean((pred_actions - actions) ** 2)
+
+
+def gaussian_log_prob(x: jax.Array, mean: jax.Array, std: jax.Array) -> jax.Array:
+    """Log-density of ``x`` under a diagonal Gaussian, summed over the last axis.
+
+    Args:
+        x: ``[..., d]`` points.
+        mean: ``[..., d]`` means (broadcastable to ``x``).
+        std: ``[..., d]`` standard deviations (broadcastable to ``x``; > 0).
+
+    Returns:
+        ``[...]`` log-densities.
+    """
+    z = (x - mean) / std
+    return jnp.sum(-0.5 * z**2 - jnp.log(std) - 0.5 * jnp.log(2.0 * jnp.pi), axis=-1)

@@ -35,9 +35,12 @@ class TrainConfig:
     """Options of the training loop (the agent's hyperparameters live in its own config)."""
 
     env: str = "Pendulum-v1"
-    """Environment id, e.g. 'HalfCheetah-v5' (Gymnasium)."""
+    """Environment id: 'HalfCheetah-v5' (Gymnasium), 'brax:ant', 'jax:pendulum'. With --dataset
+    and no --env, the dataset's env."""
+    dataset: str | None = None
+    """Offline data: a D4RL-format .hdf5 file, a Minari dataset directory, or minari:ID."""
     total_steps: int = 100_000
-    """Environment steps to train for (summed over parallel envs)."""
+    """Environment steps to train for (summed over parallel envs); offline: gradient steps."""
     seed: int = 0
     """Seed of the agent, the environments and the loop."""
     num_envs: int | None = None
@@ -193,7 +196,7 @@ def run_config(agent_name: str, agent_config: Any, cfg: TrainConfig) -> dict[str
     return {
         "agent": agent_name,
         "env": cfg.env,
-        "dataset": None,
+        "dataset": cfg.dataset,
         "seed": cfg.seed,
         "train": config_to_dict(cfg),
         "agent_config": config_to_dict(agent_config),
@@ -371,13 +374,8 @@ def train_host(
                 save()
         if stop.raised:
             save()
-    if bar is not None:
-        bar.close()
     wall = time.perf_counter() - start_time
-    logger.plot(f"{agent_name} on {cfg.env}")
-    logger.close()
-    if step < cfg.total_steps:
-        print(f"Stopped at step {step}; checkpoint saved. Rerun the same command to resume.")
+    _close_run(bar, {f"{agent_name} on {cfg.env}": logger}, step, cfg.total_steps)
     summary = _summary(agent_name, cfg, cfg.seed, step, last_eval, wall, start_step, updates)
     write_json(os.path.join(out, "summary.json"), summary)
     return summary
@@ -426,6 +424,17 @@ def _completed_summaries(outs: list[str], step: int, total_steps: int) -> list[d
         summaries.append(summary)
     print(f"{', '.join(outs)} already completed {step} steps; nothing to do.")
     return summaries
+
+
+def _close_run(bar: Any, loggers: dict[str, RunLogger], step: int, total_steps: int) -> None:
+    """End of a loop: close the bar, plot and close each logger (keyed by plot title)."""
+    if bar is not None:
+        bar.close()
+    for title, logger in loggers.items():
+        logger.plot(title)
+        logger.close()
+    if step < total_steps:
+        print(f"Stopped at step {step}; checkpoint saved. Rerun the same command to resume.")
 
 
 def _progress_bar(cfg: TrainConfig, step: int) -> Any:
@@ -625,9 +634,7 @@ def train_fused(
     every = min(cfg.log_every, cfg.eval_every, cfg.checkpoint_every or cfg.eval_every)
     iters_per_chunk = max(1, every // steps_per_iter)
     states = jax.jit(jax.vmap(lambda s: init_fused_state(agent_cls, agent_config, env, s)))(seeds)
-    # Weakly typed leaves (e.g. flax's TrainState.step) come back strongly typed from a chunk,
-    # which would recompile the chunk once; make them strong up front.
-    states = jax.tree.map(lambda x: jnp.array(x, dtype=x.dtype), states)
+    states = strongly_typed(states)
     loggers = [RunLogger(o, cfg.tensorboard, cfg.wandb_project, os.path.basename(o)) for o in outs]
     ckpts = [Checkpointer(os.path.join(o, "checkpoints")) for o in outs]
     step = 0
@@ -715,26 +722,164 @@ def train_fused(
                 save()
         if stop.raised:
             save()
-    if bar is not None:
-        bar.close()
     wall = time.perf_counter() - start_time
+    titles = [f"{agent_name} on {cfg.env} (seed {cfg.seed + i})" for i in range(num_seeds)]
+    _close_run(bar, dict(zip(titles, loggers, strict=True)), step, cfg.total_steps)
     summaries = []
-    for i, (out, logger) in enumerate(zip(outs, loggers, strict=True)):
-        logger.plot(f"{agent_name} on {cfg.env} (seed {cfg.seed + i})")
-        logger.close()
+    for i, out in enumerate(outs):
         summary = _summary(
             agent_name, cfg, cfg.seed + i, step, tuple(last_eval[i]), wall, start_step, updates
         )
         write_json(os.path.join(out, "summary.json"), summary)
         summaries.append(summary)
-    if step < cfg.total_steps:
-        print(f"Stopped at step {step}; checkpoint saved. Rerun the same command to resume.")
     return summaries
 
+
+
+# ---------------------------------------------------------------------------------- offline loop
+
+
+def strongly_typed(tree: Any) -> Any:
+    """``tree`` with every leaf a strongly typed array.
+
+    Weakly typed leaves (Python scalars, flax's ``TrainState.step``) come back strongly typed from
+    a jitted chunk, which would recompile the chunk once; restoring into weak types would differ
+    from what was saved.
+    """
+    return jax.tree.map(lambda x: jnp.array(x, dtype=jnp.asarray(x).dtype), tree)
+
+
+class OfflineState(struct.PyTreeNode):
+    """What the offline loop carries and checkpoints: the agent and the minibatch RNG.
+
+    The dataset is not part of it (it is read again from ``--dataset`` on resume).
+    """
+
+    agent: Any
+    rng: jax.Array
+
+
+def _offline_chunk(
+    state: OfflineState, data: BufferState, *, num_updates: int, batch_size: int
+) -> tuple[OfflineState, dict[str, jax.Array]]:
+    """``num_updates`` gradient steps on uniform minibatches of ``data`` under ``lax.scan``."""
+    rng, key = jax.random.split(state.rng)
+
+    def body(agent: Any, k: jax.Array) -> tuple[Any, dict[str, jax.Array]]:
+        return agent.update(buffer_sample(data, k, batch_size))
+
+    agent, infos = jax.lax.scan(body, state.agent, jax.random.split(key, num_updates))
+    return OfflineState(agent, rng), jax.tree.map(lambda x: x[-1], infos)
+
+
+def _evaluator(eval_env: Any, seed: int) -> Any:
+    """``agent -> [episodes] returns`` for a host env or a JAX env."""
+    if isinstance(eval_env, HostEnv):
+        act_fn = jax.jit(lambda a, o: a.eval_actions(o))
+        return lambda agent: evaluate(agent, eval_env, seed, act_fn)
+    fn = jax.jit(lambda a: evaluate_jax(a, eval_env, jax.random.key(seed)))
+    return lambda agent: np.asarray(fn(agent))
+
+
+def train_offline(
+    agent: Any,
+    data: BufferState,
+    eval_env: Any,
+    cfg: TrainConfig,
+    out: str,
+    agent_name: str = "agent",
+    score_fn: Any = None,
+) -> dict[str, Any]:
+    """Train ``agent`` on a fixed dataset for ``cfg.total_steps`` gradient steps.
+
+    Updates run in chunks of ``lax.scan`` on the device-resident ``data``; between chunks the host
+    logs, evaluates the deterministic policy in ``eval_env`` (Gymnasium or JAX), and checkpoints
+    (agent and RNG, not the dataset). Resumes from ``out/checkpoints``.
+
+    Args:
+        agent: a freshly created agent, its ``norm`` already set from the dataset.
+        data: the dataset as a full buffer state (``Dataset.buffer``).
+        eval_env: evaluation env (``cfg.eval_episodes`` copies).
+        cfg: loop options; ``total_steps``, ``eval_every``, ``log_every`` count gradient steps.
+        out: run directory (``prepare_run_dir`` first).
+        agent_name: name recorded in summary.json.
+        score_fn: ``return -> normalized score or None`` (e.g. ``Dataset.normalized_score``).
+
+    Returns:
+        The summary written to ``out/summary.json``.
+    """
+    score_fn = score_fn or (lambda _: None)
+    state = OfflineState(agent, jax.random.key(cfg.seed + 1))
+    state = strongly_typed(state)
+    logger = RunLogger(out, cfg.tensorboard, cfg.wandb_project, os.path.basename(out))
+    ckpt = Checkpointer(os.path.join(out, "checkpoints"))
+    step, last_eval = 0, (float("nan"), float("nan"))
+    if ckpt.latest_step() is not None:
+        state, meta = ckpt.restore(state)
+        step, last_eval = int(meta["step"]), tuple(meta.get("last_eval", last_eval))
+        print(f"Resuming {out} from step {step}.")
+    logger.truncate(step)
+    done_already = _completed_summaries([out], step, cfg.total_steps)
+    if done_already is not None:
+        logger.close()
+        return done_already[0]
+
+    batch_size = agent.config.batch_size
+    chunk_fns: dict[int, Any] = {}
+
+    def run_chunk(state: OfflineState, n: int) -> tuple[OfflineState, Any]:
+        if n not in chunk_fns:
+            fn = partial(_offline_chunk, num_updates=n, batch_size=batch_size)
+            chunk_fns[n] = jax.jit(fn, donate_argnums=0)
+        return chunk_fns[n](state, data)
+
+    evaluate_fn = _evaluator(eval_env, cfg.seed + 10_000)
+    ckpt_every = cfg.checkpoint_every or cfg.eval_every
+    every = min(cfg.log_every, cfg.eval_every, ckpt_every)
+    start_step, start_time = step, time.perf_counter()
+    last_log = (step, start_time)
+    bar = _progress_bar(cfg, step)
+    with _StopFlag() as stop:
+        while step < cfg.total_steps and not stop.raised:
+            n = min(every - step % every, cfg.total_steps - step)
+            state, info = run_chunk(state, n)
+            prev, step = step, step + n
+            if bar is not None:
+                bar.update(n)
+            now = time.perf_counter()
+            row = {k: float(v) for k, v in jax.device_get(info).items()}
+            row["time/updates_per_s"] = (step - last_log[0]) / max(now - last_log[1], 1e-9)
+            if step // cfg.eval_every > prev // cfg.eval_every or step >= cfg.total_steps:
+                returns = evaluate_fn(state.agent)
+                last_eval = (float(returns.mean()), float(returns.std()))
+                row["eval_return"], row["eval_return_std"] = last_eval
+                score = score_fn(last_eval[0])
+                if score is not None:
+                    row["eval_normalized_score"] = score
+            if step // cfg.log_every > prev // cfg.log_every or "eval_return" in row:
+                logger.log(step, row)
+            last_log = (step, time.perf_counter())
+            if bar is not None:
+                bar.set_postfix(ups=f"{row['time/updates_per_s']:.0f}", eval=f"{last_eval[0]:.1f}")
+            if step // ckpt_every > prev // ckpt_every or step >= cfg.total_steps:
+                ckpt.save(step, state, {"step": step, "last_eval": list(last_eval)})
+        if stop.raised:
+            ckpt.save(step, state, {"step": step, "last_eval": list(last_eval)})
+    wall = time.perf_counter() - start_time
+    _close_run(bar, {f"{agent_name} on {cfg.dataset or cfg.env}": logger}, step, cfg.total_steps)
+    updates = step - start_step
+    summary = _summary(agent_name, cfg, cfg.seed, step, last_eval, wall, start_step, updates)
+    summary["env_steps_per_s"] = 0.0
+    summary["dataset"] = cfg.dataset
+    if summary["completed"]:
+        summary["normalized_score"] = score_fn(last_eval[0])
+    write_json(os.path.join(out, "summary.json"), summary)
+    return summary
 
 __all__ = [
     "FusedState",
     "LoopState",
+    "OfflineState",
     "TrainConfig",
     "evaluate",
     "evaluate_jax",
@@ -744,4 +889,5 @@ __all__ = [
     "run_config",
     "train_fused",
     "train_host",
+    "train_offline",
 ]

@@ -22,6 +22,9 @@ class Transition(NamedTuple):
             never the observation after an automatic reset).
         terminal: 1.0 when the episode terminated (no bootstrapping from ``next_obs``), 0.0 when
             it continues or was truncated by a time limit.
+        next_action: optional dataset action taken at ``next_obs`` in the same episode (zeros
+            where the episode ended), for ReBRAC's critic penalty; ``None`` (an empty pytree)
+            everywhere else, so buffers and loops that never set it are unaffected.
     """
 
     obs: jax.Array
@@ -29,6 +32,7 @@ class Transition(NamedTuple):
     reward: jax.Array
     next_obs: jax.Array
     terminal: jax.Array
+    next_action: jax.Array | None = None
 
 
 Batch = Transition

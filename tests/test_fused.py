@@ -29,7 +29,7 @@ def _train(argv, agent="sac"):
 
 def _restore(out, agent_cfg, train_cfg, agent="sac"):
     from jaxrl.agents import AGENTS
-    from jaxrl.cli import make_jax_envs
+    from jaxrl.runs import make_jax_envs
 
     env, _ = make_jax_envs(train_cfg.env, train_cfg.num_envs, 1, agent_cfg)
     with open(os.path.join(out, "config.json")) as f:

@@ -160,3 +160,48 @@ def test_ppo_clipped_objective_hand_computed():
     np.testing.assert_allclose(got, [0.5, 2.0, 1.2, -1.5, -1.6], rtol=1e-6)
     with pytest.raises(AssertionError):
         rl.ppo_clipped_objective(jnp.ones((2, 2)), jnp.ones((2, 2)), 0.2)
+
+
+def test_expectile_loss_hand_computed():
+    diff = jnp.asarray([2.0, -1.0, 0.0, -3.0])
+    # tau * u^2 for u >= 0, (1 - tau) * u^2 for u < 0.
+    np.testing.assert_allclose(rl.expectile_loss(diff, 0.7), [2.8, 0.3, 0.0, 2.7], rtol=1e-6)
+    np.testing.assert_allclose(rl.expectile_loss(diff, 0.5), 0.5 * diff**2, rtol=1e-6)
+    with pytest.raises(AssertionError):
+        rl.expectile_loss(jnp.ones((2, 2)), 0.7)
+
+
+def test_expectile_loss_minimizer_is_the_expectile():
+    # Over samples {0, 1}, the tau-expectile m solves tau (1 - m) = (1 - tau) m, i.e. m = tau.
+    samples = jnp.asarray([0.0, 1.0])
+    grid = jnp.linspace(0.0, 1.0, 1001)
+    for tau in (0.5, 0.7, 0.9):
+        losses = jax.vmap(lambda m, t=tau: rl.expectile_loss(samples - m, t).mean())(grid)
+        assert abs(float(grid[jnp.argmin(losses)]) - tau) < 1e-3
+
+
+def test_awr_weights_hand_computed_and_clipped():
+    adv = jnp.asarray([-1.0, 0.0, 0.5, 10.0])
+    got = rl.awr_weights(adv, 3.0)
+    np.testing.assert_allclose(got, [np.exp(-3.0), 1.0, np.exp(1.5), 100.0], rtol=1e-6)
+    np.testing.assert_allclose(rl.awr_weights(adv, 3.0, max_weight=2.0)[2:], [2.0, 2.0])
+    np.testing.assert_allclose(rl.awr_weights(adv, 0.0), jnp.ones(4))  # beta = 0: plain BC
+    # The weights are constants for the actor's gradient.
+    np.testing.assert_allclose(jax.grad(lambda a: rl.awr_weights(a, 3.0).sum())(adv), 0.0)
+
+
+def test_bc_mse_hand_computed():
+    pred = jnp.asarray([[0.5, -1.0], [0.0, 1.0]])
+    act = jnp.asarray([[0.0, -1.0], [1.0, 0.5]])
+    # (0.25 + 0 + 1 + 0.25) / 4
+    np.testing.assert_allclose(rl.bc_mse(pred, act), 0.375, rtol=1e-6)
+    with pytest.raises(AssertionError):
+        rl.bc_mse(pred, act[:, :1])
+
+
+def test_gaussian_log_prob_matches_scipy_formula():
+    x = jnp.asarray([[0.3, -0.2], [1.0, 0.0]])
+    mean = jnp.asarray([[0.0, 0.0], [0.5, -0.5]])
+    std = jnp.asarray([0.5, 2.0])
+    want = jax.scipy.stats.norm.logpdf(x, mean, std).sum(-1)
+    np.testing.assert_allclose(rl.gaussian_log_prob(x, mean, std), want, rtol=1e-6)

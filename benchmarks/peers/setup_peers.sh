@@ -20,4 +20,4 @@ torch_pin="$(grep -E '^torch==' "$req")"
 "${pip[@]}" "$torch_pin"
 "${pip[@]}" -r "$req"
 
-"$venv/bin/python" -c "import gymnasium, jax, mujoco, sbx, torch; print('peers ok: sbx', sbx.__version__, 'jax', jax.__version__, 'torch', torch.__version__)"
+"$venv/bin/python" -c "import d3rlpy, gymnasium, h5py, jax, mujoco, sbx, torch; print('peers ok: sbx', sbx.__version__, 'd3rlpy', d3rlpy.__version__, 'jax', jax.__version__, 'torch', torch.__version__)"

@@ -26,10 +26,12 @@ def critic_loss(
     critic_params: Params, agent: TD3, batch: Batch, key: jax.Array
 ) -> tuple[jax.Array, InfoDict]:
     """Clipped double-Q regression with target policy smoothing (TD3 paper, eqs. 10 and 14)."""
-    next_actions = agent.actor.apply_fn(agent.target_actor_params, batch.next_obs)
-    noise = agent.hparams["policy_noise"] * jax.random.normal(key, next_actions.shape)
-    noise = jnp.clip(noise, -agent.hparams["noise_clip"], agent.hparams["noise_clip"])
-    next_actions = jnp.clip(next_actions + noise, -1.0, 1.0)
+    next_actions = rl.smoothed_target_actions(
+        key,
+        agent.actor.apply_fn(agent.target_actor_params, batch.next_obs),
+        agent.hparams["policy_noise"],
+        agent.hparams["noise_clip"],
+    )
     next_qs = agent.critic.apply_fn(agent.target_critic_params, batch.next_obs, next_actions)
     target = jax.lax.stop_gradient(
         rl.td_target(

@@ -99,6 +99,16 @@ class HostEnv:
         self._obs: np.ndarray | None = None
 
     @property
+    def action_low(self) -> np.ndarray:
+        """Lower action bounds in the env's units (agents act in [-1, 1], rescaled to these)."""
+        return self._low.astype(np.float32)
+
+    @property
+    def action_high(self) -> np.ndarray:
+        """Upper action bounds in the env's units."""
+        return self._high.astype(np.float32)
+
+    @property
     def obs_example(self) -> np.ndarray:
         """A zero observation (float32) for initializing networks."""
         return np.zeros(self.obs_dim, np.float32)

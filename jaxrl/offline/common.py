@@ -1,0 +1,90 @@
+"""Pieces every offline agent shares: fixed dataset statistics applied inside the agent.
+
+An offline agent holds a ``DataNorm`` (field ``norm``). It starts as the identity; the offline loop
+replaces it with statistics of the dataset when the agent's config asks for observation or reward
+normalization. Because the agent applies it itself (to batches in ``update`` and to observations
+in ``sample_actions`` / ``eval_actions``), raw observations and rewards flow everywhere else: the
+buffer, online fine-tuning, evaluation and exported policies need no extra wrapper.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxrl.buffers import BufferState
+from jaxrl.types import Transition
+
+
+class DataNorm(struct.PyTreeNode):
+    """``obs -> (obs - obs_mean) / obs_std`` and ``reward -> reward * reward_scale + reward_shift``.
+
+    Attributes:
+        obs_mean: ``[obs_dim]`` mean subtracted from observations.
+        obs_std: ``[obs_dim]`` standard deviation observations are divided by (kept > 0).
+        reward_scale: scalar multiplying rewards.
+        reward_shift: scalar added to rewards after scaling.
+    """
+
+    obs_mean: jax.Array
+    obs_std: jax.Array
+    reward_scale: jax.Array
+    reward_shift: jax.Array
+
+    @classmethod
+    def identity(cls, obs_dim: int) -> DataNorm:
+        """No-op statistics for ``obs_dim``-dimensional observations."""
+        return cls(
+            jnp.zeros(obs_dim, jnp.float32),
+            jnp.ones(obs_dim, jnp.float32),
+            jnp.float32(1.0),
+            jnp.float32(0.0),
+        )
+
+    def obs(self, obs: jax.Array) -> jax.Array:
+        """Normalized observations (any leading dimensions)."""
+        return (obs - self.obs_mean) / self.obs_std
+
+    def batch(self, batch: Transition) -> Transition:
+        """A batch with normalized ``obs``, ``next_obs`` and ``reward``."""
+        return batch._replace(
+            obs=self.obs(batch.obs),
+            next_obs=self.obs(batch.next_obs),
+            reward=batch.reward * self.reward_scale + self.reward_shift,
+        )
+
+
+def data_norm(dataset: Any, config: Any) -> DataNorm:
+    """The ``DataNorm`` an agent's config asks for, computed from ``dataset``.
+
+    ``config.normalize_observations`` standardizes observations with the dataset's mean and std
+    (TD3+BC); ``config.reward_normalization == "return_range"`` scales rewards by
+    ``1000 / (max - min episode return)`` (IQL, locomotion).
+    """
+    norm = DataNorm.identity(dataset.obs_dim)
+    if getattr(config, "normalize_observations", False):
+        mean, std = dataset.obs_stats()
+        norm = norm.replace(obs_mean=jnp.asarray(mean), obs_std=jnp.asarray(std))
+    mode = getattr(config, "reward_normalization", "none")
+    if mode == "return_range":
+        norm = norm.replace(reward_scale=jnp.float32(dataset.reward_scale_return_range()))
+    elif mode != "none":
+        raise ValueError(f"Unknown reward_normalization {mode!r}; use 'none' or 'return_range'.")
+    return norm
+
+
+def prepare_offline(
+    agent: Any, dataset: Any, action_low: Any = -1.0, action_high: Any = 1.0
+) -> tuple[Any, BufferState]:
+    """Set the agent's dataset statistics and put the dataset in a device buffer.
+
+    The buffer carries ``next_action`` when the agent's config has ``needs_next_action`` (ReBRAC).
+    Agents without a ``norm`` field (online agents trained on data) are returned unchanged.
+    """
+    if hasattr(agent, "norm"):
+        agent = agent.replace(norm=data_norm(dataset, agent.config))
+    with_next = bool(getattr(agent.config, "needs_next_action", False))
+    return agent, dataset.buffer(action_low, action_high, with_next_action=with_next)

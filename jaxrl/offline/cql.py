@@ -1,0 +1,327 @@
+"""Conservative Q-Learning, CQL(H) (Kumar et al., 2020, arXiv:2006.04779), on top of SAC.
+
+The critic minimizes SAC's soft Bellman residual plus a penalty that pushes Q down on sampled
+(possibly out-of-distribution) actions and up on dataset actions. The weight of the penalty is
+fixed (``cql_alpha``) or, with ``lagrange=True``, a dual variable alpha' tuned so that the penalty
+gap stays at ``target_action_gap``. Actor and temperature losses are SAC's, unchanged.
+
+The penalty is split into ``ood_q_values`` (which actions, at which density) and
+``conservative_gap`` (the soft maximum minus the data Q), so variants such as Cal-QL can change the
+sampled Q-values in between.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from functools import partial
+from typing import ClassVar, Literal
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import struct
+from flax.training.train_state import TrainState
+
+from jaxrl import rl
+from jaxrl.agents import sac
+from jaxrl.config import ConfigError, check_positive, check_range
+from jaxrl.networks import EnsembleQ, TanhGaussianActor, Temperature, make_train_state
+from jaxrl.offline.common import DataNorm
+from jaxrl.types import Batch, InfoDict, Params
+
+# ----------------------------------------------------------------------------------------- losses
+
+
+def conservative_gap(
+    q_ood: jax.Array, log_density: jax.Array, q_data: jax.Array, temperature: float | jax.Array
+) -> jax.Array:
+    """Per-sample CQL(H) gap ``T * logsumexp((Q(s, a_k) - log mu(a_k|s)) / T) - Q(s, a_data)``.
+
+    CQL eq. 4 with the importance-sampled estimate of ``log sum_a exp Q(s, a)`` of the authors'
+    code (Appendix F): each sampled action's Q is divided by the density it was drawn from.
+
+    Args:
+        q_ood: ``[num_qs, K, B]`` Q-values of ``K`` sampled actions per state.
+        log_density: ``[K, B]`` log-density of each sampled action under its proposal.
+        q_data: ``[num_qs, B]`` Q-values of the dataset actions.
+        temperature: scalar softmax temperature ``T`` (1 in the paper).
+
+    Returns:
+        ``[num_qs, B]`` gaps; the penalty is their mean over the batch, per critic.
+    """
+    chex.assert_rank([q_ood, log_density, q_data], [3, 2, 2])
+    chex.assert_equal_shape([q_ood[0], log_density])
+    chex.assert_equal_shape([q_ood[:, 0], q_data])
+    soft_max = temperature * jax.nn.logsumexp((q_ood - log_density) / temperature, axis=1)
+    return soft_max - q_data
+
+
+def ood_q_values(
+    critic_params: Params, agent: CQL, batch: Batch, key: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Q-values and log-densities of the ``3 n`` actions the CQL penalty is estimated with.
+
+    In order along axis ``K``: ``n`` uniform actions on ``[-1, 1]^d`` (density ``0.5^d``), ``n``
+    from the current policy at ``s`` and ``n`` from the policy at ``s'``, all evaluated at ``s``
+    (as in the authors' code). Returns ``([num_qs, 3n, B], [3n, B])``.
+    """
+    n, (batch_size, action_dim) = agent.config.cql_n_actions, batch.action.shape
+    k_uniform, k_pi, k_next = jax.random.split(key, 3)
+    uniform = jax.random.uniform(k_uniform, (n, batch_size, action_dim), minval=-1.0, maxval=1.0)
+    uniform_log_density = jnp.full((n, batch_size), -action_dim * math.log(2.0))
+
+    def policy_samples(obs: jax.Array, k: jax.Array) -> tuple[jax.Array, jax.Array]:
+        dist = agent.actor.apply_fn(agent.actor.params, obs)
+        return jax.vmap(dist.sample_and_log_prob)(jax.random.split(k, n))
+
+    pi_actions, pi_log_probs = policy_samples(batch.obs, k_pi)
+    next_actions, next_log_probs = policy_samples(batch.next_obs, k_next)
+    actions = jax.lax.stop_gradient(jnp.concatenate([uniform, pi_actions, next_actions]))
+    log_density = jax.lax.stop_gradient(
+        jnp.concatenate([uniform_log_density, pi_log_probs, next_log_probs])
+    )
+    obs = jnp.broadcast_to(batch.obs, (3 * n, *batch.obs.shape))
+    return agent.critic.apply_fn(critic_params, obs, actions), log_density
+
+
+def critic_loss(
+    critic_params: Params, agent: CQL, batch: Batch, key: jax.Array
+) -> tuple[jax.Array, InfoDict]:
+    """SAC's soft Bellman residual plus ``alpha * gap`` per critic (CQL(H), eq. 4).
+
+    With ``lagrange`` the weight is ``alpha' * cql_alpha`` and the penalty
+    ``alpha' * cql_alpha * (gap - target_action_gap)`` (Appendix F), as in the references.
+    """
+    k_td, k_ood = jax.random.split(key)
+    td_loss, info = sac.critic_loss(critic_params, agent, batch, k_td)
+    q_ood, log_density = ood_q_values(critic_params, agent, batch, k_ood)
+    q_data = agent.critic.apply_fn(critic_params, batch.obs, batch.action)
+    gap = conservative_gap(q_ood, log_density, q_data, agent.hparams["cql_temperature"])
+    gap_per_q = gap.mean(axis=1)
+    weight, offset = agent.hparams["cql_alpha"], 0.0
+    if agent.config.lagrange:
+        weight = weight * jax.lax.stop_gradient(alpha_prime(agent.cql_alpha.params, agent))
+        offset = agent.hparams["target_action_gap"]
+    penalty = weight * jnp.sum(gap_per_q - offset)
+    # sac.critic_loss is 1/2 * sum of per-critic MSEs; halving the penalty keeps the references'
+    # ratio of MSE to alpha * gap.
+    loss = td_loss + 0.5 * penalty
+    return loss, {
+        **info,
+        "critic/td_loss": td_loss,
+        "critic/loss": loss,
+        "cql/gap": gap_per_q.mean(),
+        "cql/penalty": penalty,
+        "cql/q_ood": q_ood.mean(),
+    }
+
+
+def alpha_prime(params: Params, agent: CQL) -> jax.Array:
+    """Lagrange multiplier ``alpha' = clip(exp(log alpha'), 0, 1e6)``."""
+    return jnp.clip(agent.cql_alpha.apply_fn(params), 0.0, 1e6)
+
+
+def lagrange_loss(params: Params, agent: CQL, gap: jax.Array) -> tuple[jax.Array, InfoDict]:
+    """Dual step of CQL-Lagrange (Appendix F): ``-alpha' * cql_alpha * (gap - target_gap)``.
+
+    Gradient descent raises alpha' while the gap exceeds its target and lowers it otherwise.
+    """
+    a = alpha_prime(params, agent)
+    loss = -a * agent.hparams["cql_alpha"] * (gap - agent.hparams["target_action_gap"])
+    return loss, {"cql/alpha_prime_loss": loss, "cql/alpha_prime": a}
+
+
+def actor_loss(
+    actor_params: Params, agent: CQL, batch: Batch, key: jax.Array
+) -> tuple[jax.Array, InfoDict]:
+    """SAC's policy loss (``sac.actor_loss``) after an optional behavior-cloning warm-up.
+
+    For the first ``bc_steps`` updates the loss is ``E[alpha log pi(a~|s) - log pi(a_data|s)]``,
+    the warm-up of the authors' code (``policy_eval_start``).
+    """
+    loss, info = sac.actor_loss(actor_params, agent, batch, key)
+    if agent.config.bc_steps == 0:
+        return loss, info
+    dist = agent.actor.apply_fn(actor_params, batch.obs)
+    alpha = agent.temp.apply_fn(agent.temp.params)
+    bc_loss = jnp.mean(-alpha * info["actor/entropy"] - dist.log_prob(batch.action))
+    loss = jnp.where(agent.actor.step < agent.config.bc_steps, bc_loss, loss)
+    return loss, {**info, "actor/loss": loss}
+
+
+def _step(state: TrainState, loss_fn, *args) -> tuple[TrainState, InfoDict]:
+    grads, info = jax.grad(loss_fn, has_aux=True)(state.params, *args)
+    return state.apply_gradients(grads=grads), info
+
+
+# -------------------------------------------------------------------------------------- the agent
+
+
+class CQL(struct.PyTreeNode):
+    """CQL state: SAC's networks and temperature, the Lagrange multiplier and data statistics."""
+
+    rng: jax.Array
+    actor: TrainState
+    critic: TrainState
+    target_critic_params: Params
+    temp: TrainState
+    cql_alpha: TrainState | None  # log alpha' (Lagrange variant only)
+    hparams: dict[str, jax.Array]
+    norm: DataNorm
+    config: CQLConfig = struct.field(pytree_node=False)
+
+    def update(self, batch: Batch) -> tuple[CQL, InfoDict]:
+        """One step on critic (and alpha'), then the Polyak target update, actor and temperature."""
+        batch = self.norm.batch(batch)
+        rng, k_critic, k_actor = jax.random.split(self.rng, 3)
+        critic, info = _step(self.critic, critic_loss, self, batch, k_critic)
+        cql_alpha = self.cql_alpha
+        if self.config.lagrange:
+            cql_alpha, lagrange_info = _step(cql_alpha, lagrange_loss, self, info["cql/gap"])
+            info = {**info, **lagrange_info}
+        target = rl.polyak_update(critic.params, self.target_critic_params, self.hparams["tau"])
+        agent = self.replace(rng=rng, critic=critic, target_critic_params=target)
+        agent = agent.replace(cql_alpha=cql_alpha)
+        actor, actor_info = _step(agent.actor, actor_loss, agent, batch, k_actor)
+        entropy = actor_info["actor/entropy"]
+        temp, temp_info = _step(agent.temp, sac.temperature_loss, agent, entropy)
+        return agent.replace(actor=actor, temp=temp), {**info, **actor_info, **temp_info}
+
+    def sample_actions(self, obs: jax.Array, rng: jax.Array) -> jax.Array:
+        """Stochastic actions in [-1, 1]."""
+        return self.actor.apply_fn(self.actor.params, self.norm.obs(obs)).sample(rng)
+
+    def eval_actions(self, obs: jax.Array) -> jax.Array:
+        """Deterministic actions (tanh of the mean) in [-1, 1]."""
+        return self.actor.apply_fn(self.actor.params, self.norm.obs(obs)).mode()
+
+    @classmethod
+    def create(
+        cls, config: CQLConfig, obs_example: jax.Array, action_example: jax.Array, seed: int
+    ) -> CQL:
+        """Initialize from a single (unbatched) observation and action; ``seed`` may be traced."""
+        action_dim = action_example.shape[-1]
+        rng, k_actor, k_critic, k_temp, k_lagrange = jax.random.split(jax.random.key(seed), 5)
+        obs, act = obs_example[None], action_example[None]
+        actor = make_train_state(
+            TanhGaussianActor(action_dim, config.hidden_dims), k_actor, config.actor_lr, obs
+        )
+        critic_def = EnsembleQ(config.hidden_dims, config.num_qs)
+        critic = make_train_state(critic_def, k_critic, config.critic_lr, obs, act)
+        temp = make_train_state(Temperature(config.init_temperature), k_temp, config.temp_lr)
+        cql_alpha = None
+        if config.lagrange:
+            lagrange = Temperature(config.init_alpha_prime)
+            cql_alpha = make_train_state(lagrange, k_lagrange, config.alpha_prime_lr)
+        target_entropy = config.target_entropy
+        if target_entropy is None:
+            target_entropy = -float(action_dim)
+        hparams = {
+            "discount": jnp.float32(config.discount),
+            "tau": jnp.float32(config.tau),
+            "target_entropy": jnp.float32(target_entropy),
+            "cql_alpha": jnp.float32(config.cql_alpha),
+            "target_action_gap": jnp.float32(config.target_action_gap),
+            "cql_temperature": jnp.float32(config.cql_temperature),
+        }
+        target = jax.tree.map(jnp.copy, critic.params)
+        norm = DataNorm.identity(obs_example.shape[-1])
+        return cls(rng, actor, critic, target, temp, cql_alpha, hparams, norm, config)
+
+
+# ------------------------------------------------------------------------------------------ config
+
+
+@partial(dataclasses.dataclass, frozen=True)
+class CQLConfig:
+    """CQL(H) hyperparameters for D4RL MuJoCo locomotion.
+
+    Sources: the authors' code (aviralkumar2907/CQL, ``cql_mujoco_new.py`` and README: policy lr
+    1e-4, critic lr 3e-4, 3 x 256 layers, alpha 5 or 10 without Lagrange, 10 sampled actions,
+    no entropy in the backup, no max-target backup), young-geng/JaxCQL (alpha 5, temperature lr =
+    policy lr, target entropy -|A|) and CORL (alpha 10, policy lr 3e-5, orthogonal init). We take
+    alpha = 5, no BC warm-up and the default (Xavier) init, as JaxCQL and CORL's MuJoCo runs; the
+    authors' ``policy_eval_start`` of 40k BC steps is available as ``bc_steps``.
+    """
+
+    # Static fields sac.critic_loss / sac.actor_loss read; CQL uses the plain clipped double-Q.
+    num_min_qs: ClassVar[None] = None
+    policy_q: ClassVar[str] = "min"
+
+    actor_lr: float = 1e-4
+    """Adam learning rate of the actor (authors' code; CORL uses 3e-5, JaxCQL 3e-4)."""
+    critic_lr: float = 3e-4
+    """Adam learning rate of the critics."""
+    temp_lr: float = 1e-4
+    """Adam learning rate of the entropy temperature (the policy's, as in the references)."""
+    hidden_dims: tuple[int, ...] = (256, 256, 256)
+    """Hidden layer widths of actor and critics."""
+    num_qs: int = 2
+    """Number of Q-functions; targets and the actor use their minimum."""
+    discount: float = 0.99
+    """Discount factor gamma."""
+    tau: float = 0.005
+    """Polyak averaging coefficient of the target critics."""
+    init_temperature: float = 1.0
+    """Initial entropy temperature."""
+    target_entropy: float | None = None
+    """Target policy entropy; None = -action_dim."""
+    backup_entropy: bool = False
+    """Include the entropy bonus in the TD target (CQL eq. 3 leaves it out)."""
+    cql_alpha: float = 5.0
+    """Weight alpha of the conservative penalty (with --lagrange it multiplies alpha')."""
+    cql_n_actions: int = 10
+    """Actions sampled per state from each proposal (uniform, pi(s), pi(s'))."""
+    cql_temperature: float = 1.0
+    """Temperature of the logsumexp in the penalty."""
+    lagrange: bool = False
+    """Tune the penalty weight alpha' by dual gradient descent (CQL-Lagrange, Appendix F)."""
+    target_action_gap: float = 5.0
+    """Lagrange only: target tau of the penalty gap (authors' --lagrange_thresh)."""
+    init_alpha_prime: float = 1.0
+    """Lagrange only: initial alpha' (authors' code: log alpha' = 0)."""
+    alpha_prime_lr: float = 3e-4
+    """Lagrange only: Adam learning rate of log alpha' (the critics', as in the references)."""
+    bc_steps: int = 0
+    """Initial updates in which the actor maximizes log pi(a_data|s) instead of Q (BC warm-up)."""
+    normalize_observations: bool = False
+    """Standardize observations with dataset statistics (the authors' code does not)."""
+    reward_normalization: Literal["none", "return_range"] = "none"
+    """Reward transform from the dataset: none, or D4RL's 1000 / (max - min episode return)."""
+    batch_size: int = 256
+    """Minibatch size of each gradient step."""
+    utd_ratio: int = 1
+    """Gradient steps per environment step when fine-tuning online."""
+    buffer_size: int = 1_000_000
+    """Replay buffer capacity in transitions."""
+    learning_starts: int = 0
+    """Environment steps before learning starts (offline: 0)."""
+
+    def __post_init__(self) -> None:
+        check_positive(
+            self,
+            "actor_lr",
+            "critic_lr",
+            "temp_lr",
+            "hidden_dims",
+            "num_qs",
+            "init_temperature",
+            "cql_alpha",
+            "cql_n_actions",
+            "cql_temperature",
+            "init_alpha_prime",
+            "alpha_prime_lr",
+            "batch_size",
+            "utd_ratio",
+            "buffer_size",
+        )
+        check_range(self, "discount", 0.0, 1.0)
+        check_range(self, "tau", 0.0, 1.0, low_open=True)
+        check_range(self, "bc_steps", 0, float("inf"))
+        check_range(self, "learning_starts", 0, float("inf"))
+        if self.reward_normalization not in ("none", "return_range"):
+            raise ConfigError(
+                f"CQLConfig.reward_normalization must be 'none' or 'return_range', got "
+                f"{self.reward_normalization!r}; set --reward-normalization accordingly."
+            )

@@ -1,0 +1,210 @@
+"""Implicit Q-Learning (Kostrikov et al., 2021, arXiv:2110.06169).
+
+IQL never queries the critic on actions outside the dataset: an expectile of ``Q(s, a)`` over the
+dataset's actions (``V``) stands in for the maximum in the TD target, and the policy is extracted
+by advantage-weighted regression. One ``update`` follows the authors' order: value, actor (with the
+new value), critic (bootstrapping from the new value), then the Polyak target update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+from flax.training.train_state import TrainState
+
+from jaxrl import rl
+from jaxrl.config import ConfigError, check_positive, check_range
+from jaxrl.networks import EnsembleQ, GaussianActor, ValueNetwork, make_train_state
+from jaxrl.offline.common import DataNorm
+from jaxrl.types import Batch, InfoDict, Params
+
+# ----------------------------------------------------------------------------------------- losses
+
+
+def value_loss(
+    value_params: Params, agent: IQL, batch: Batch, target_q: jax.Array
+) -> tuple[jax.Array, InfoDict]:
+    """Expectile regression of ``V(s)`` onto ``min_i Q_target_i(s, a)``, IQL eq. 5."""
+    v = agent.value.apply_fn(value_params, batch.obs)
+    loss = jnp.mean(rl.expectile_loss(target_q - v, agent.hparams["expectile"]))
+    return loss, {"value/loss": loss, "value/v_mean": v.mean()}
+
+
+def actor_loss(
+    actor_params: Params, agent: IQL, batch: Batch, target_q: jax.Array
+) -> tuple[jax.Array, InfoDict]:
+    """Advantage-weighted regression ``-E[min(exp(beta (Q - V)), 100) log pi(a|s)]``, IQL eq. 7."""
+    adv = target_q - agent.value.apply_fn(agent.value.params, batch.obs)
+    weights = rl.awr_weights(adv, agent.hparams["temperature"], agent.hparams["max_weight"])
+    mean, std = agent.actor.apply_fn(actor_params, batch.obs)
+    log_probs = rl.gaussian_log_prob(batch.action, mean, std)
+    loss = -jnp.mean(weights * log_probs)
+    return loss, {
+        "actor/loss": loss,
+        "actor/adv_mean": adv.mean(),
+        "actor/weight_mean": weights.mean(),
+        "actor/std": std.mean(),
+    }
+
+
+def critic_loss(critic_params: Params, agent: IQL, batch: Batch) -> tuple[jax.Array, InfoDict]:
+    """TD regression of each Q onto ``r + gamma (1 - d) V(s')``, IQL eq. 6 (summed over Qs)."""
+    next_v = agent.value.apply_fn(agent.value.params, batch.next_obs)
+    target = jax.lax.stop_gradient(
+        rl.td_target(batch.reward, batch.terminal, next_v, agent.hparams["discount"])
+    )
+    qs = agent.critic.apply_fn(critic_params, batch.obs, batch.action)
+    loss = jnp.mean(jnp.sum((qs - target[None]) ** 2, axis=0))
+    return loss, {"critic/loss": loss, "critic/q_mean": qs.mean(), "critic/target": target.mean()}
+
+
+def _step(state: TrainState, loss_fn, *args) -> tuple[TrainState, InfoDict]:
+    grads, info = jax.grad(loss_fn, has_aux=True)(state.params, *args)
+    return state.apply_gradients(grads=grads), info
+
+
+# -------------------------------------------------------------------------------------- the agent
+
+
+class IQL(struct.PyTreeNode):
+    """IQL state: actor, value, twin critics and target critics, RNG, hparams, data statistics.
+
+    Sweepable leaves: the learning rates (in each ``opt_state``) and ``hparams`` (``discount``,
+    ``tau``, ``expectile``, ``temperature``, ``max_weight``).
+    """
+
+    rng: jax.Array
+    actor: TrainState
+    value: TrainState
+    critic: TrainState
+    target_critic_params: Params
+    hparams: dict[str, jax.Array]
+    norm: DataNorm
+    config: IQLConfig = struct.field(pytree_node=False)
+
+    def update(self, batch: Batch) -> tuple[IQL, InfoDict]:
+        """One step each on value, actor and critic, then the Polyak target update."""
+        batch = self.norm.batch(batch)
+        target_qs = self.critic.apply_fn(self.target_critic_params, batch.obs, batch.action)
+        target_q = jax.lax.stop_gradient(rl.min_over_ensemble(target_qs))
+        value, info = _step(self.value, value_loss, self, batch, target_q)
+        agent = self.replace(value=value)
+        actor, actor_info = _step(agent.actor, actor_loss, agent, batch, target_q)
+        critic, critic_info = _step(agent.critic, critic_loss, agent, batch)
+        target = rl.polyak_update(critic.params, agent.target_critic_params, self.hparams["tau"])
+        agent = agent.replace(actor=actor, critic=critic, target_critic_params=target)
+        return agent, {**info, **actor_info, **critic_info}
+
+    def sample_actions(self, obs: jax.Array, rng: jax.Array) -> jax.Array:
+        """Gaussian samples around the tanh mean, clipped to [-1, 1] (as the authors' code)."""
+        mean, std = self.actor.apply_fn(self.actor.params, self.norm.obs(obs))
+        return jnp.clip(mean + std * jax.random.normal(rng, mean.shape), -1.0, 1.0)
+
+    def eval_actions(self, obs: jax.Array) -> jax.Array:
+        """The policy mean, in (-1, 1)."""
+        return self.actor.apply_fn(self.actor.params, self.norm.obs(obs))[0]
+
+    @classmethod
+    def create(
+        cls, config: IQLConfig, obs_example: jax.Array, action_example: jax.Array, seed: int
+    ) -> IQL:
+        """Initialize from a single (unbatched) observation and action; ``seed`` may be traced."""
+        rng, k_actor, k_value, k_critic = jax.random.split(jax.random.key(seed), 4)
+        obs, act = obs_example[None], action_example[None]
+        decay = config.max_steps if config.actor_lr_schedule == "cosine" else None
+        actor_def = GaussianActor(action_example.shape[-1], config.hidden_dims)
+        actor = make_train_state(actor_def, k_actor, config.actor_lr, obs, cosine_decay_steps=decay)
+        value_def = ValueNetwork(config.hidden_dims)
+        value = make_train_state(value_def, k_value, config.value_lr, obs)
+        critic_def = EnsembleQ(config.hidden_dims, config.num_qs)
+        critic = make_train_state(critic_def, k_critic, config.critic_lr, obs, act)
+        hparams = {
+            name: jnp.float32(getattr(config, name))
+            for name in ("discount", "tau", "expectile", "temperature", "max_weight")
+        }
+        target = jax.tree.map(jnp.copy, critic.params)  # distinct buffers, so both can be donated
+        norm = DataNorm.identity(obs_example.shape[-1])
+        return cls(rng, actor, value, critic, target, hparams, norm, config)
+
+
+# ------------------------------------------------------------------------------------------ config
+
+
+@partial(dataclasses.dataclass, frozen=True)
+class IQLConfig:
+    """IQL hyperparameters; defaults are the authors' MuJoCo locomotion settings."""
+
+    actor_lr: float = 3e-4
+    """Adam learning rate of the actor (before the cosine decay)."""
+    value_lr: float = 3e-4
+    """Adam learning rate of the value network V."""
+    critic_lr: float = 3e-4
+    """Adam learning rate of the twin critics."""
+    actor_lr_schedule: Literal["cosine", "constant"] = "cosine"
+    """Actor step size: 'cosine' decay to 0 over max_steps (authors' offline runs) or 'constant'."""
+    max_steps: int = 1_000_000
+    """Horizon of the actor's cosine learning-rate decay; the loop sets it to its update count."""
+    hidden_dims: tuple[int, ...] = (256, 256)
+    """Hidden layer widths of actor, value and critics."""
+    num_qs: int = 2
+    """Number of critics (V regresses onto their minimum)."""
+    discount: float = 0.99
+    """Discount factor gamma."""
+    tau: float = 0.005
+    """Polyak averaging coefficient of the target critics."""
+    expectile: float = 0.7
+    """Expectile tau of the value regression (0.5 = SARSA mean; -> 1 approaches the max)."""
+    temperature: float = 3.0
+    """Inverse temperature beta of the advantage weights (0 = behavior cloning)."""
+    max_weight: float = 100.0
+    """Upper clip of the advantage weights exp(beta * A)."""
+    batch_size: int = 256
+    """Minibatch size of each gradient step."""
+    normalize_observations: bool = True
+    """Standardize observations with the dataset's mean and std (CORL; the authors do not)."""
+    reward_normalization: Literal["none", "return_range"] = "return_range"
+    """Loop's reward scaling: 'return_range' (1000 / episode-return range; authors) or 'none'."""
+    utd_ratio: int = 1
+    """Gradient steps per environment step when fine-tuning online."""
+    buffer_size: int = 1_000_000
+    """Replay buffer capacity in transitions."""
+    learning_starts: int = 0
+    """Environment steps before online updates start (online fine-tuning)."""
+
+    def __post_init__(self) -> None:
+        check_positive(
+            self,
+            "actor_lr",
+            "value_lr",
+            "critic_lr",
+            "max_steps",
+            "hidden_dims",
+            "num_qs",
+            "max_weight",
+            "batch_size",
+            "utd_ratio",
+            "buffer_size",
+        )
+        check_range(self, "discount", 0.0, 1.0)
+        check_range(self, "tau", 0.0, 1.0, low_open=True)
+        if not 0.0 < self.expectile < 1.0:
+            raise ConfigError(
+                f"IQLConfig.expectile must be in (0, 1), got {self.expectile!r}; set --expectile "
+                "to e.g. 0.7 (0.5 = mean; values near 1 approach the maximum)."
+            )
+        check_range(self, "temperature", 0.0, float("inf"))
+        check_range(self, "learning_starts", 0, float("inf"))
+        for name, choices in (
+            ("actor_lr_schedule", ("cosine", "constant")),
+            ("reward_normalization", ("none", "return_range")),
+        ):
+            if getattr(self, name) not in choices:
+                raise ConfigError(
+                    f"IQLConfig.{name} must be one of {choices}, got {getattr(self, name)!r}; "
+                    f"set --{name.replace('_', '-')} accordingly."
+                )

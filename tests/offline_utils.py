@@ -1,0 +1,159 @@
+"""Small offline-RL harness for tests: generated Pendulum-v1 datasets, a fused update loop, eval.
+
+The datasets follow the D4RL recipe end to end, through the project's own code: SAC is trained on
+``jax:pendulum`` (the same dynamics as Gymnasium's Pendulum-v1) in the fused loop; its checkpoint
+at 3,500 steps is the *medium* policy and at 8,000 steps the *expert*; ``jaxrl.offline.collect``
+rolls them out on Pendulum-v1 and writes D4RL-format files, which are read back with
+``load_dataset``. Everything is seeded; it runs once per test process (~1-2 min on 2 cores).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import os
+import shutil
+import tempfile
+from functools import partial
+
+import jax
+import numpy as np
+
+from jaxrl.agents import SAC, SACConfig
+from jaxrl.buffers import buffer_from_arrays, buffer_sample
+from jaxrl.envs import make_env
+from jaxrl.offline import Dataset, collect, load_dataset, save_d4rl
+from jaxrl.runs import make_jax_envs
+from jaxrl.training import TrainConfig, evaluate, prepare_run_dir, run_config, train_fused
+from jaxrl.types import Transition
+
+PENDULUM_STEPS = 20_000
+MEDIUM_STEPS, EXPERT_STEPS = 3_500, 8_000
+
+
+@functools.cache
+def _cache_dir() -> str:
+    """Where generated policies and datasets live, shared by test processes.
+
+    The name hashes this file, the collector and the dataset reader, so changing them
+    regenerates everything.
+    """
+    import hashlib
+
+    import jaxrl
+
+    root = os.path.dirname(jaxrl.__file__)
+    sources = [__file__] + [
+        os.path.join(root, f)
+        for f in ("offline/collect.py", "offline/datasets.py")
+    ]
+    digest = hashlib.sha256(b"".join(open(f, "rb").read() for f in sources)).hexdigest()[:12]
+    path = os.path.join(tempfile.gettempdir(), f"jaxrl-test-data-{digest}")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _train(out: str, steps: int) -> None:
+    agent_cfg = SACConfig(hidden_dims=(128, 128), learning_starts=1000)
+    cfg = TrainConfig(
+        env="jax:pendulum",
+        total_steps=steps,
+        num_envs=8,
+        eval_every=500,
+        log_every=500,
+        progress=False,
+        tensorboard=False,
+        out=out,
+    )
+    env, eval_env = make_jax_envs(cfg.env, 8, 10, agent_cfg)
+    prepare_run_dir(out, run_config("sac", agent_cfg, cfg))
+    (summary,) = train_fused(SAC, agent_cfg, env, eval_env, cfg, [out], "sac")
+    if not summary["completed"]:
+        raise RuntimeError(f"Behavior policy {out} stopped at step {summary['total_steps']}.")
+
+
+@contextlib.contextmanager
+def _locked():
+    """Serialize generation across test processes (pytest-xdist workers, parallel runs)."""
+    with open(os.path.join(_cache_dir(), ".lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@functools.cache
+def pendulum_policies() -> dict[str, str]:
+    """Run directories of the medium (3,500 steps) and expert (8,000 steps) SAC policies."""
+    with _locked():
+        return _policies()
+
+
+def _policies() -> dict[str, str]:
+    root = _cache_dir()
+    medium, expert = os.path.join(root, "sac-medium"), os.path.join(root, "sac-expert")
+    if not os.path.exists(os.path.join(expert, "summary.json")):
+        _train(medium, MEDIUM_STEPS)
+        shutil.rmtree(expert, ignore_errors=True)
+        shutil.copytree(medium, expert)
+        _train(expert, EXPERT_STEPS)  # resumes from the medium checkpoint
+    return {"medium": medium, "expert": expert}
+
+
+@functools.cache
+def pendulum_dataset(kind: str) -> Dataset:
+    """A generated Pendulum-v1 dataset (kind random|medium|expert|medium-replay), read from disk."""
+    pendulum_policies()
+    with _locked():
+        return _dataset(kind)
+
+
+def _dataset(kind: str) -> Dataset:
+    path = os.path.join(_cache_dir(), f"pendulum-{kind}.hdf5")
+    if os.path.exists(path):
+        return load_dataset(path)
+    pol = _policies()
+    policy = pol["expert"] if kind == "expert" else pol["medium"]
+    ds = collect(
+        "Pendulum-v1",
+        kind,
+        PENDULUM_STEPS if kind in ("medium", "expert") else 5_000,
+        seed=1,
+        policy=None if kind == "random" else policy,
+        expert_policy=pol["expert"],
+    )
+    return load_dataset(save_d4rl(ds, path))
+
+
+def load_pendulum(kind: str) -> Transition:
+    """Pendulum-v1 transitions with actions in [-1, 1]; kind medium|expert|random|medium-replay."""
+    return pendulum_dataset(kind).transitions(-2.0, 2.0)
+
+
+def behavior_return(kind: str) -> float:
+    """Mean episode return of the generated dataset's behavior policy."""
+    return float(pendulum_dataset(kind).episode_returns().mean())
+
+
+@partial(jax.jit, static_argnames=("num_updates", "batch_size"))
+def _run(agent, data, key, num_updates: int, batch_size: int):
+    def body(agent, k):
+        return agent.update(buffer_sample(data, k, batch_size))
+
+    return jax.lax.scan(body, agent, jax.random.split(key, num_updates))
+
+
+def train_offline_quick(agent, data: Transition, num_updates: int, seed: int = 0):
+    """``num_updates`` gradient steps on uniform minibatches of ``data``; returns (agent, infos)."""
+    buf = buffer_from_arrays(data)
+    return _run(agent, buf, jax.random.key(seed), num_updates, agent.config.batch_size)
+
+
+def eval_pendulum(agent, episodes: int = 10, seed: int = 100) -> float:
+    """Mean return of the deterministic policy over ``episodes`` Pendulum-v1 episodes."""
+    env = make_env("Pendulum-v1", episodes)
+    returns = evaluate(agent, env, seed)
+    env.close()
+    return float(np.mean(returns))

@@ -1,0 +1,93 @@
+"""End to end from the command line: `jaxrl dataset collect`, `dataset info`, `train --dataset`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import pytest
+
+from jaxrl.cli import main
+
+
+def _run_cli(argv, capsys):
+    main(argv)
+    return capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_collect_then_train_iql_from_the_command_line(tmp_path, capsys):
+    from offline_utils import pendulum_policies
+
+    pol = pendulum_policies()
+    data = str(tmp_path / "pendulum-medium.hdf5")
+    out = _run_cli(
+        [
+            "dataset", "collect", "--env", "Pendulum-v1", "--policy", pol["medium"],
+            "--kind", "medium", "--steps", "2000", "--seed", "3",
+            "--expert-policy", pol["expert"], "--out", data,
+        ],
+        capsys,
+    )
+    assert "wrote" in out and os.path.exists(data)
+    info = json.loads(_run_cli(["dataset", "info", data], capsys))
+    assert info["transitions"] == 2000 and info["episodes"] == 10
+    assert info["env_id"] == "Pendulum-v1" and info["metadata"]["kind"] == "medium"
+    assert info["ref_min_return"] < info["return_mean"] < info["ref_max_return"]
+
+    run = str(tmp_path / "run")
+    argv = [
+        "train", "iql", "--dataset", data, "--out", run, "--total-steps", "600",
+        "--eval-every", "300", "--log-every", "300", "--eval-episodes", "2",
+        "--hidden-dims", "32", "32", "--no-progress", "--no-tensorboard",
+    ]
+    _run_cli(argv, capsys)
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    config = json.load(open(os.path.join(run, "config.json")))
+    assert config["env"] == "Pendulum-v1"  # taken from the dataset's metadata
+    assert config["dataset"] == data and config["agent_config"]["max_steps"] == 600
+    assert summary["completed"] and summary["total_steps"] == 600
+    lo, hi = info["ref_min_return"], info["ref_max_return"]
+    expected = 100 * (summary["final_eval_return_mean"] - lo) / (hi - lo)
+    assert summary["normalized_score"] == pytest.approx(expected)
+    rows = list(csv.DictReader(open(os.path.join(run, "metrics.csv"))))
+    assert [r["step"] for r in rows] == ["300", "600"]
+    assert all(r["eval_normalized_score"] for r in rows)
+    assert os.path.exists(os.path.join(run, "learning_curve.png"))
+
+    # Resume to a longer budget from the checkpoint, then evaluate the run directory.
+    _run_cli([*argv[:6], "900", *argv[7:]], capsys)
+    rows = list(csv.DictReader(open(os.path.join(run, "metrics.csv"))))
+    assert [r["step"] for r in rows] == ["300", "600", "900"]
+    result = json.loads(_run_cli(["eval", run, "--episodes", "2"], capsys).strip())
+    assert result["step"] == 900 and result["normalized_score"] is not None
+
+
+def test_offline_command_line_errors(tmp_path, capsys):
+    from jaxrl.offline import Dataset, save_d4rl
+
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "iql", "--env", "Pendulum-v1", "--total-steps", "10"])
+    assert exc.value.code == 2
+    assert "offline agent: pass --dataset" in capsys.readouterr().err
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(50, 3)).astype(np.float32)
+    ds = Dataset(
+        obs, rng.uniform(-2, 2, (50, 1)), rng.normal(size=50), obs, np.zeros(50), np.zeros(50),
+        env_id="Pendulum-v1",
+    )
+    path = save_d4rl(ds, tmp_path / "p.hdf5")
+    with pytest.raises(SystemExit):
+        main(["train", "sac", "--dataset", path, "--total-steps", "10"])
+    assert "online agent; --dataset is for the offline agents" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "bc", "--dataset", path, "--env", "HalfCheetah-v5", "--total-steps", "10"])
+    err = capsys.readouterr().err
+    assert "observations have 3 dimensions but HalfCheetah-v5 has 17" in err
+    with pytest.raises(SystemExit):
+        main(["dataset", "collect", "--env", "Pendulum-v1", "--kind", "expert", "--out", "x.h5"])
+    assert "needs --policy" in capsys.readouterr().err
