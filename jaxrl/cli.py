@@ -121,8 +121,8 @@ def _train_offline(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str,
     from jaxrl.offline.setup import setup_offline
     from jaxrl.training import prepare_run_dir, run_config, train_offline
 
-    s = setup_offline(_agents()[agent_name][0], agent_cfg, train_cfg)
-    out = s.train_config.out or _default_out(agent_name, s.train_config)
+    out = train_cfg.out or _default_out(agent_name, train_cfg)
+    s = setup_offline(_agents()[agent_name][0], agent_cfg, train_cfg, out)
     config = run_config(agent_name, s.agent_config, s.train_config)
     prepare_run_dir(out, {**config, "dataset_info": s.run_config_extras()})
     summary = train_offline(

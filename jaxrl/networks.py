@@ -245,3 +245,13 @@ def make_train_state(
             learning_rate=learning_rate, decay_steps=cosine_decay_steps
         )
     return TrainState.create(apply_fn=module.apply, params=params, tx=tx)
+
+
+def gradient_step(state: TrainState, loss_fn: Callable, *args: object) -> tuple[TrainState, dict]:
+    """One optimizer step on ``loss_fn(state.params, *args) -> (loss, info)``; returns the info.
+
+    Every agent's per-network update is this: differentiate a loss that returns ``(loss, info)``
+    with respect to one train state's parameters and apply the optimizer.
+    """
+    grads, info = jax.grad(loss_fn, has_aux=True)(state.params, *args)
+    return state.apply_gradients(grads=grads), info

@@ -61,14 +61,15 @@ def main(args: Args) -> dict:
     agent_cls = OFFLINE_AGENTS[args.agent][0]
     agent_cfg = getattr(args, args.agent.replace("-", "_"))
 
+    name = os.path.splitext(os.path.basename(os.path.normpath(cfg.dataset)))[0]
+    out = cfg.out or os.path.join("runs", f"{args.agent}-{name}-s{cfg.seed}")
+
     # Dataset -> env (from its metadata unless --env), validated against the env's spaces;
     # the agent gets the dataset's observation/reward statistics if its config asks for them,
     # and the dataset becomes a device-resident replay buffer.
-    s = setup_offline(agent_cls, agent_cfg, cfg)
+    s = setup_offline(agent_cls, agent_cfg, cfg, out)
 
     # Run directory: config.json first (with the dataset's reference returns); resumes.
-    name = os.path.splitext(os.path.basename(os.path.normpath(cfg.dataset)))[0]
-    out = cfg.out or os.path.join("runs", f"{args.agent}-{name}-s{cfg.seed}")
     config = jaxrl.run_config(args.agent, s.agent_config, s.train_config)
     jaxrl.prepare_run_dir(out, {**config, "dataset_info": s.run_config_extras()})
 

@@ -187,7 +187,7 @@ def test_config_defaults_are_the_papers():
     assert bc.normalize_observations and bc.reward_normalization == "none"
     assert (iql.expectile, iql.temperature, iql.discount, iql.tau) == (0.7, 3.0, 0.99, 0.005)
     assert (iql.actor_lr, iql.value_lr, iql.critic_lr, iql.max_weight) == (3e-4, 3e-4, 3e-4, 100.0)
-    assert iql.actor_lr_schedule == "cosine" and iql.max_steps == 1_000_000
+    assert iql.actor_lr_schedule == "cosine" and iql.max_steps is None
     assert iql.reward_normalization == "return_range" and iql.normalize_observations
     for cfg in (bc, iql):
         assert (cfg.utd_ratio, cfg.buffer_size, cfg.learning_starts) == (1, 1_000_000, 0)

@@ -57,7 +57,7 @@ def test_collect_then_train_iql_from_the_command_line(tmp_path, capsys):
     assert os.path.exists(os.path.join(run, "learning_curve.png"))
 
     # Resume to a longer budget from the checkpoint, then evaluate the run directory.
-    _run_cli([*argv[:6], "900", *argv[7:]], capsys)
+    _run_cli([*argv[:7], "900", *argv[8:]], capsys)
     rows = list(csv.DictReader(open(os.path.join(run, "metrics.csv"))))
     assert [r["step"] for r in rows] == ["300", "600", "900"]
     result = json.loads(_run_cli(["eval", run, "--episodes", "2"], capsys).strip())

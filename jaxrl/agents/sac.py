@@ -17,7 +17,13 @@ from flax.training.train_state import TrainState
 
 from jaxrl import rl
 from jaxrl.config import ConfigError, check_positive, check_range
-from jaxrl.networks import EnsembleQ, TanhGaussianActor, Temperature, make_train_state
+from jaxrl.networks import (
+    EnsembleQ,
+    TanhGaussianActor,
+    Temperature,
+    gradient_step,
+    make_train_state,
+)
 from jaxrl.types import Batch, InfoDict, Params
 
 # ----------------------------------------------------------------------------------------- losses
@@ -68,11 +74,6 @@ def temperature_loss(
     return loss, {"temp/loss": loss, "temp/alpha": alpha}
 
 
-def _step(state: TrainState, loss_fn, *args) -> tuple[TrainState, InfoDict]:
-    grads, info = jax.grad(loss_fn, has_aux=True)(state.params, *args)
-    return state.apply_gradients(grads=grads), info
-
-
 # -------------------------------------------------------------------------------------- the agent
 
 
@@ -90,11 +91,12 @@ class SAC(struct.PyTreeNode):
     def update(self, batch: Batch) -> tuple[SAC, InfoDict]:
         """One gradient step on critic, actor and temperature, then the Polyak target update."""
         rng, k_critic, k_actor = jax.random.split(self.rng, 3)
-        critic, info = _step(self.critic, critic_loss, self, batch, k_critic)
+        critic, info = gradient_step(self.critic, critic_loss, self, batch, k_critic)
         target = rl.polyak_update(critic.params, self.target_critic_params, self.hparams["tau"])
         agent = self.replace(rng=rng, critic=critic, target_critic_params=target)
-        actor, actor_info = _step(agent.actor, actor_loss, agent, batch, k_actor)
-        temp, temp_info = _step(agent.temp, temperature_loss, agent, actor_info["actor/entropy"])
+        actor, actor_info = gradient_step(agent.actor, actor_loss, agent, batch, k_actor)
+        entropy = actor_info["actor/entropy"]
+        temp, temp_info = gradient_step(agent.temp, temperature_loss, agent, entropy)
         return agent.replace(actor=actor, temp=temp), {**info, **actor_info, **temp_info}
 
     def sample_actions(self, obs: jax.Array, rng: jax.Array) -> jax.Array:
@@ -110,25 +112,45 @@ class SAC(struct.PyTreeNode):
         cls, config: SACConfig, obs_example: jax.Array, action_example: jax.Array, seed: int
     ) -> SAC:
         """Initialize from a single (unbatched) observation and action; ``seed`` may be traced."""
-        action_dim = action_example.shape[-1]
-        rng, k_actor, k_critic, k_temp = jax.random.split(jax.random.key(seed), 4)
-        obs, act = obs_example[None], action_example[None]
-        actor = make_train_state(
-            TanhGaussianActor(action_dim, config.hidden_dims), k_actor, config.actor_lr, obs
+        rng, *keys = jax.random.split(jax.random.key(seed), 4)
+        actor, critic, target, temp, hparams = init_networks(
+            config, obs_example, action_example, *keys
         )
-        critic_def = EnsembleQ(config.hidden_dims, config.num_qs, config.critic_layer_norm)
-        critic = make_train_state(critic_def, k_critic, config.critic_lr, obs, act)
-        temp = make_train_state(Temperature(config.init_temperature), k_temp, config.temp_lr)
-        target_entropy = config.target_entropy
-        if target_entropy is None:
-            target_entropy = -float(action_dim)
-        hparams = {
-            "discount": jnp.float32(config.discount),
-            "tau": jnp.float32(config.tau),
-            "target_entropy": jnp.float32(target_entropy),
-        }
-        target = jax.tree.map(jnp.copy, critic.params)  # distinct buffers, so both can be donated
         return cls(rng, actor, critic, target, temp, hparams, config)
+
+
+def init_networks(
+    config: SACConfig,
+    obs_example: jax.Array,
+    action_example: jax.Array,
+    k_actor: jax.Array,
+    k_critic: jax.Array,
+    k_temp: jax.Array,
+) -> tuple[TrainState, TrainState, Params, TrainState, dict[str, jax.Array]]:
+    """SAC's actor, critic ensemble, target critic, temperature and float hyperparameters.
+
+    Shared by every SAC-based agent (CQL, ...). ``config`` needs SAC's network and optimizer
+    fields (``hidden_dims``, ``num_qs``, ``critic_layer_norm``, learning rates, ``discount``,
+    ``tau``, ``init_temperature``, ``target_entropy``).
+    """
+    action_dim = action_example.shape[-1]
+    obs, act = obs_example[None], action_example[None]
+    actor = make_train_state(
+        TanhGaussianActor(action_dim, config.hidden_dims), k_actor, config.actor_lr, obs
+    )
+    critic_def = EnsembleQ(config.hidden_dims, config.num_qs, config.critic_layer_norm)
+    critic = make_train_state(critic_def, k_critic, config.critic_lr, obs, act)
+    temp = make_train_state(Temperature(config.init_temperature), k_temp, config.temp_lr)
+    target_entropy = config.target_entropy
+    if target_entropy is None:
+        target_entropy = -float(action_dim)
+    hparams = {
+        "discount": jnp.float32(config.discount),
+        "tau": jnp.float32(config.tau),
+        "target_entropy": jnp.float32(target_entropy),
+    }
+    target = jax.tree.map(jnp.copy, critic.params)  # distinct buffers, so both can be donated
+    return actor, critic, target, temp, hparams
 
 
 # ------------------------------------------------------------------------------------------ config

@@ -7,7 +7,9 @@ so the training loop treats TD3 exactly like any other agent.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +18,7 @@ from flax.training.train_state import TrainState
 
 from jaxrl import rl
 from jaxrl.config import check_positive, check_range
-from jaxrl.networks import DeterministicActor, EnsembleQ, make_train_state
+from jaxrl.networks import DeterministicActor, EnsembleQ, gradient_step, make_train_state
 from jaxrl.types import Batch, InfoDict, Params
 
 # ----------------------------------------------------------------------------------------- losses
@@ -51,6 +53,46 @@ def actor_loss(actor_params: Params, agent: TD3, batch: Batch) -> tuple[jax.Arra
     return loss, {"actor/loss": loss}
 
 
+def delayed_policy_update(
+    agent: Any,
+    batch: Batch,
+    critic_loss_fn: Callable,
+    actor_loss_fn: Callable,
+    actor_info_keys: tuple[str, ...],
+) -> tuple[Any, InfoDict]:
+    """TD3's update schedule, shared by TD3 and TD3+BC/ReBRAC (Fujimoto et al., 2018, sec. 5.2).
+
+    A critic step on ``critic_loss_fn(params, agent, batch, key)`` every call; every
+    ``config.policy_delay`` calls an actor step on ``actor_loss_fn(params, agent, batch)``
+    followed by the Polyak update of both target networks. On calls without an actor step the
+    ``actor_info_keys`` are reported as NaN (so scanned infos keep one structure).
+
+    ``agent`` needs the fields ``rng``, ``actor``, ``critic``, ``target_actor_params``,
+    ``target_critic_params``, ``step`` and ``hparams["tau"]``.
+    """
+    rng, key = jax.random.split(agent.rng)
+    critic, info = gradient_step(agent.critic, critic_loss_fn, agent, batch, key)
+    agent = agent.replace(rng=rng, critic=critic)
+
+    def delayed(agent: Any) -> tuple[Any, InfoDict]:
+        actor, actor_info = gradient_step(agent.actor, actor_loss_fn, agent, batch)
+        tau = agent.hparams["tau"]
+        return agent.replace(
+            actor=actor,
+            target_actor_params=rl.polyak_update(actor.params, agent.target_actor_params, tau),
+            target_critic_params=rl.polyak_update(
+                agent.critic.params, agent.target_critic_params, tau
+            ),
+        ), actor_info
+
+    def skip(agent: Any) -> tuple[Any, InfoDict]:
+        return agent, {k: jnp.float32(jnp.nan) for k in actor_info_keys}
+
+    do_actor = (agent.step + 1) % agent.config.policy_delay == 0
+    agent, actor_info = jax.lax.cond(do_actor, delayed, skip, agent)
+    return agent.replace(step=agent.step + 1), {**info, **actor_info}
+
+
 # -------------------------------------------------------------------------------------- the agent
 
 
@@ -68,28 +110,7 @@ class TD3(struct.PyTreeNode):
 
     def update(self, batch: Batch) -> tuple[TD3, InfoDict]:
         """Critic step every call; actor and target step every ``policy_delay`` calls."""
-        rng, key = jax.random.split(self.rng)
-        grads, info = jax.grad(critic_loss, has_aux=True)(self.critic.params, self, batch, key)
-        agent = self.replace(rng=rng, critic=self.critic.apply_gradients(grads=grads))
-
-        def delayed(agent: TD3) -> tuple[TD3, InfoDict]:
-            grads, actor_info = jax.grad(actor_loss, has_aux=True)(agent.actor.params, agent, batch)
-            actor = agent.actor.apply_gradients(grads=grads)
-            tau = agent.hparams["tau"]
-            return agent.replace(
-                actor=actor,
-                target_actor_params=rl.polyak_update(actor.params, agent.target_actor_params, tau),
-                target_critic_params=rl.polyak_update(
-                    agent.critic.params, agent.target_critic_params, tau
-                ),
-            ), actor_info
-
-        def skip(agent: TD3) -> tuple[TD3, InfoDict]:
-            return agent, {"actor/loss": jnp.float32(jnp.nan)}
-
-        do_actor = (self.step + 1) % self.config.policy_delay == 0
-        agent, actor_info = jax.lax.cond(do_actor, delayed, skip, agent)
-        return agent.replace(step=self.step + 1), {**info, **actor_info}
+        return delayed_policy_update(self, batch, critic_loss, actor_loss, ("actor/loss",))
 
     def sample_actions(self, obs: jax.Array, rng: jax.Array) -> jax.Array:
         """Deterministic action plus Gaussian exploration noise, clipped to [-1, 1]."""

@@ -18,7 +18,7 @@ from flax.training.train_state import TrainState
 
 from jaxrl import rl
 from jaxrl.config import ConfigError, check_positive, check_range
-from jaxrl.networks import DeterministicActor, make_train_state
+from jaxrl.networks import DeterministicActor, gradient_step, make_train_state
 from jaxrl.offline.common import DataNorm
 from jaxrl.types import Batch, InfoDict, Params
 
@@ -51,9 +51,8 @@ class BC(struct.PyTreeNode):
 
     def update(self, batch: Batch) -> tuple[BC, InfoDict]:
         """One gradient step of the regression loss on a (raw) dataset batch."""
-        batch = self.norm.batch(batch)
-        grads, info = jax.grad(actor_loss, has_aux=True)(self.actor.params, self, batch)
-        return self.replace(actor=self.actor.apply_gradients(grads=grads)), info
+        actor, info = gradient_step(self.actor, actor_loss, self, self.norm.batch(batch))
+        return self.replace(actor=actor), info
 
     def sample_actions(self, obs: jax.Array, rng: jax.Array) -> jax.Array:
         """Actions in [-1, 1] plus ``exploration_noise`` Gaussian noise (none by default)."""

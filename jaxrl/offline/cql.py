@@ -26,7 +26,7 @@ from flax.training.train_state import TrainState
 from jaxrl import rl
 from jaxrl.agents import sac
 from jaxrl.config import ConfigError, check_positive, check_range
-from jaxrl.networks import EnsembleQ, TanhGaussianActor, Temperature, make_train_state
+from jaxrl.networks import Temperature, gradient_step, make_train_state
 from jaxrl.offline.common import DataNorm
 from jaxrl.types import Batch, InfoDict, Params
 
@@ -150,11 +150,6 @@ def actor_loss(
     return loss, {**info, "actor/loss": loss}
 
 
-def _step(state: TrainState, loss_fn, *args) -> tuple[TrainState, InfoDict]:
-    grads, info = jax.grad(loss_fn, has_aux=True)(state.params, *args)
-    return state.apply_gradients(grads=grads), info
-
-
 # -------------------------------------------------------------------------------------- the agent
 
 
@@ -175,17 +170,18 @@ class CQL(struct.PyTreeNode):
         """One step on critic (and alpha'), then the Polyak target update, actor and temperature."""
         batch = self.norm.batch(batch)
         rng, k_critic, k_actor = jax.random.split(self.rng, 3)
-        critic, info = _step(self.critic, critic_loss, self, batch, k_critic)
+        critic, info = gradient_step(self.critic, critic_loss, self, batch, k_critic)
         cql_alpha = self.cql_alpha
         if self.config.lagrange:
-            cql_alpha, lagrange_info = _step(cql_alpha, lagrange_loss, self, info["cql/gap"])
+            gap = info["cql/gap"]
+            cql_alpha, lagrange_info = gradient_step(cql_alpha, lagrange_loss, self, gap)
             info = {**info, **lagrange_info}
         target = rl.polyak_update(critic.params, self.target_critic_params, self.hparams["tau"])
         agent = self.replace(rng=rng, critic=critic, target_critic_params=target)
         agent = agent.replace(cql_alpha=cql_alpha)
-        actor, actor_info = _step(agent.actor, actor_loss, agent, batch, k_actor)
+        actor, actor_info = gradient_step(agent.actor, actor_loss, agent, batch, k_actor)
         entropy = actor_info["actor/entropy"]
-        temp, temp_info = _step(agent.temp, sac.temperature_loss, agent, entropy)
+        temp, temp_info = gradient_step(agent.temp, sac.temperature_loss, agent, entropy)
         return agent.replace(actor=actor, temp=temp), {**info, **actor_info, **temp_info}
 
     def sample_actions(self, obs: jax.Array, rng: jax.Array) -> jax.Array:
@@ -201,31 +197,18 @@ class CQL(struct.PyTreeNode):
         cls, config: CQLConfig, obs_example: jax.Array, action_example: jax.Array, seed: int
     ) -> CQL:
         """Initialize from a single (unbatched) observation and action; ``seed`` may be traced."""
-        action_dim = action_example.shape[-1]
         rng, k_actor, k_critic, k_temp, k_lagrange = jax.random.split(jax.random.key(seed), 5)
-        obs, act = obs_example[None], action_example[None]
-        actor = make_train_state(
-            TanhGaussianActor(action_dim, config.hidden_dims), k_actor, config.actor_lr, obs
+        actor, critic, target, temp, hparams = sac.init_networks(
+            config, obs_example, action_example, k_actor, k_critic, k_temp
         )
-        critic_def = EnsembleQ(config.hidden_dims, config.num_qs)
-        critic = make_train_state(critic_def, k_critic, config.critic_lr, obs, act)
-        temp = make_train_state(Temperature(config.init_temperature), k_temp, config.temp_lr)
         cql_alpha = None
         if config.lagrange:
             lagrange = Temperature(config.init_alpha_prime)
             cql_alpha = make_train_state(lagrange, k_lagrange, config.alpha_prime_lr)
-        target_entropy = config.target_entropy
-        if target_entropy is None:
-            target_entropy = -float(action_dim)
-        hparams = {
-            "discount": jnp.float32(config.discount),
-            "tau": jnp.float32(config.tau),
-            "target_entropy": jnp.float32(target_entropy),
-            "cql_alpha": jnp.float32(config.cql_alpha),
-            "target_action_gap": jnp.float32(config.target_action_gap),
-            "cql_temperature": jnp.float32(config.cql_temperature),
+        hparams |= {
+            name: jnp.float32(getattr(config, name))
+            for name in ("cql_alpha", "target_action_gap", "cql_temperature")
         }
-        target = jax.tree.map(jnp.copy, critic.params)
         norm = DataNorm.identity(obs_example.shape[-1])
         return cls(rng, actor, critic, target, temp, cql_alpha, hparams, norm, config)
 
@@ -259,6 +242,8 @@ class CQLConfig:
     """Hidden layer widths of actor and critics."""
     num_qs: int = 2
     """Number of Q-functions; targets and the actor use their minimum."""
+    critic_layer_norm: bool = False
+    """LayerNorm in the critics' hidden layers."""
     discount: float = 0.99
     """Discount factor gamma."""
     tau: float = 0.005

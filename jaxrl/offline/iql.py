@@ -19,7 +19,7 @@ from flax.training.train_state import TrainState
 
 from jaxrl import rl
 from jaxrl.config import ConfigError, check_positive, check_range
-from jaxrl.networks import EnsembleQ, GaussianActor, ValueNetwork, make_train_state
+from jaxrl.networks import EnsembleQ, GaussianActor, ValueNetwork, gradient_step, make_train_state
 from jaxrl.offline.common import DataNorm
 from jaxrl.types import Batch, InfoDict, Params
 
@@ -63,11 +63,6 @@ def critic_loss(critic_params: Params, agent: IQL, batch: Batch) -> tuple[jax.Ar
     return loss, {"critic/loss": loss, "critic/q_mean": qs.mean(), "critic/target": target.mean()}
 
 
-def _step(state: TrainState, loss_fn, *args) -> tuple[TrainState, InfoDict]:
-    grads, info = jax.grad(loss_fn, has_aux=True)(state.params, *args)
-    return state.apply_gradients(grads=grads), info
-
-
 # -------------------------------------------------------------------------------------- the agent
 
 
@@ -92,10 +87,10 @@ class IQL(struct.PyTreeNode):
         batch = self.norm.batch(batch)
         target_qs = self.critic.apply_fn(self.target_critic_params, batch.obs, batch.action)
         target_q = jax.lax.stop_gradient(rl.min_over_ensemble(target_qs))
-        value, info = _step(self.value, value_loss, self, batch, target_q)
+        value, info = gradient_step(self.value, value_loss, self, batch, target_q)
         agent = self.replace(value=value)
-        actor, actor_info = _step(agent.actor, actor_loss, agent, batch, target_q)
-        critic, critic_info = _step(agent.critic, critic_loss, agent, batch)
+        actor, actor_info = gradient_step(agent.actor, actor_loss, agent, batch, target_q)
+        critic, critic_info = gradient_step(agent.critic, critic_loss, agent, batch)
         target = rl.polyak_update(critic.params, agent.target_critic_params, self.hparams["tau"])
         agent = agent.replace(actor=actor, critic=critic, target_critic_params=target)
         return agent, {**info, **actor_info, **critic_info}
@@ -116,7 +111,8 @@ class IQL(struct.PyTreeNode):
         """Initialize from a single (unbatched) observation and action; ``seed`` may be traced."""
         rng, k_actor, k_value, k_critic = jax.random.split(jax.random.key(seed), 4)
         obs, act = obs_example[None], action_example[None]
-        decay = config.max_steps if config.actor_lr_schedule == "cosine" else None
+        horizon = config.max_steps or 1_000_000  # the authors' offline budget
+        decay = horizon if config.actor_lr_schedule == "cosine" else None
         actor_def = GaussianActor(action_example.shape[-1], config.hidden_dims)
         actor = make_train_state(actor_def, k_actor, config.actor_lr, obs, cosine_decay_steps=decay)
         value_def = ValueNetwork(config.hidden_dims)
@@ -147,8 +143,8 @@ class IQLConfig:
     """Adam learning rate of the twin critics."""
     actor_lr_schedule: Literal["cosine", "constant"] = "cosine"
     """Actor step size: 'cosine' decay to 0 over max_steps (authors' offline runs) or 'constant'."""
-    max_steps: int = 1_000_000
-    """Horizon of the actor's cosine learning-rate decay; the loop sets it to its update count."""
+    max_steps: int | None = None
+    """Horizon of the actor's cosine decay; None = the run's --total-steps (1M outside a run)."""
     hidden_dims: tuple[int, ...] = (256, 256)
     """Hidden layer widths of actor, value and critics."""
     num_qs: int = 2

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from typing import Any
 
 import numpy as np
@@ -41,11 +43,16 @@ class OfflineSetup:
         }
 
 
-def setup_offline(agent_cls: Any, agent_config: Any, train_config: Any) -> OfflineSetup:
+def setup_offline(
+    agent_cls: Any, agent_config: Any, train_config: Any, out: str | None = None
+) -> OfflineSetup:
     """Load ``train_config.dataset``, build the eval env, validate, create and prepare the agent.
 
     The env is ``train_config.env`` or, when that is empty, the dataset's own env id. The
-    dataset must match the env's observation and action sizes and action bounds.
+    dataset must match the env's observation and action sizes and action bounds. An unset
+    ``max_steps`` (a learning-rate schedule's horizon) becomes the run's ``total_steps``; when
+    ``out`` already holds the run, its recorded horizon is kept, so extending the budget of a
+    finished run resumes it instead of changing its schedule.
 
     Raises:
         ValueError: (``DatasetError`` / ``EnvError``) naming the mismatch and the fix.
@@ -63,7 +70,8 @@ def setup_offline(agent_cls: Any, agent_config: Any, train_config: Any) -> Offli
     train_config = dataclasses.replace(train_config, env=env_id)
     names = {f.name for f in dataclasses.fields(agent_config)}
     if "max_steps" in names and agent_config.max_steps is None:
-        agent_config = dataclasses.replace(agent_config, max_steps=train_config.total_steps)
+        horizon = _recorded(out, "max_steps") or train_config.total_steps
+        agent_config = dataclasses.replace(agent_config, max_steps=horizon)
     episodes = train_config.eval_episodes
     if is_jax_env(env_id):
         from jaxrl.runs import make_jax_envs
@@ -80,3 +88,12 @@ def setup_offline(agent_cls: Any, agent_config: Any, train_config: Any) -> Offli
     agent = agent_cls.create(agent_config, obs, act, train_config.seed)
     agent, data = prepare_offline(agent, dataset, low, high)
     return OfflineSetup(agent, data, eval_env, dataset, train_config, agent_config)
+
+
+def _recorded(out: str | None, field: str) -> Any:
+    """``agent_config[field]`` of the run already in ``out`` (None without one)."""
+    path = os.path.join(out, "config.json") if out else ""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f).get("agent_config", {}).get(field)

@@ -18,6 +18,7 @@ from flax import struct
 from flax.training.train_state import TrainState
 
 from jaxrl import rl
+from jaxrl.agents import td3
 from jaxrl.config import ConfigError, check_positive, check_range
 from jaxrl.networks import DeterministicActor, EnsembleQ, make_train_state
 from jaxrl.offline.common import DataNorm
@@ -94,7 +95,7 @@ class TD3BC(struct.PyTreeNode):
     step: jax.Array
     hparams: dict[str, jax.Array]
     norm: DataNorm
-    config: TD3BCConfig | ReBRACConfig = struct.field(pytree_node=False)
+    config: TD3BCConfig = struct.field(pytree_node=False)
 
     def update(self, batch: Batch) -> tuple[TD3BC, InfoDict]:
         """Critic step every call; actor and target step every ``policy_delay`` calls.
@@ -108,29 +109,9 @@ class TD3BC(struct.PyTreeNode):
                 "but the batch has next_action=None. Load the dataset with next actions (the "
                 "offline loop does so when config.needs_next_action) or set --critic-bc-coef 0."
             )
-        batch = self.norm.batch(batch)
-        rng, key = jax.random.split(self.rng)
-        grads, info = jax.grad(critic_loss, has_aux=True)(self.critic.params, self, batch, key)
-        agent = self.replace(rng=rng, critic=self.critic.apply_gradients(grads=grads))
-
-        def delayed(agent: TD3BC) -> tuple[TD3BC, InfoDict]:
-            grads, actor_info = jax.grad(actor_loss, has_aux=True)(agent.actor.params, agent, batch)
-            actor = agent.actor.apply_gradients(grads=grads)
-            tau = agent.hparams["tau"]
-            return agent.replace(
-                actor=actor,
-                target_actor_params=rl.polyak_update(actor.params, agent.target_actor_params, tau),
-                target_critic_params=rl.polyak_update(
-                    agent.critic.params, agent.target_critic_params, tau
-                ),
-            ), actor_info
-
-        def skip(agent: TD3BC) -> tuple[TD3BC, InfoDict]:
-            return agent, {k: jnp.float32(jnp.nan) for k in _ACTOR_INFO}
-
-        do_actor = (self.step + 1) % self.config.policy_delay == 0
-        agent, actor_info = jax.lax.cond(do_actor, delayed, skip, agent)
-        return agent.replace(step=self.step + 1), {**info, **actor_info}
+        return td3.delayed_policy_update(
+            self, self.norm.batch(batch), critic_loss, actor_loss, _ACTOR_INFO
+        )
 
     def sample_actions(self, obs: jax.Array, rng: jax.Array) -> jax.Array:
         """Deterministic action plus Gaussian exploration noise, clipped to [-1, 1]."""
@@ -145,7 +126,7 @@ class TD3BC(struct.PyTreeNode):
     @classmethod
     def create(
         cls,
-        config: TD3BCConfig | ReBRACConfig,
+        config: TD3BCConfig,
         obs_example: jax.Array,
         action_example: jax.Array,
         seed: int | jax.Array,
@@ -179,7 +160,7 @@ _ACTOR_INFO = ("actor/loss", "actor/bc", "actor/q", "actor/lambda")
 # ------------------------------------------------------------------------------------------ config
 
 
-def _validate(config: TD3BCConfig | ReBRACConfig) -> None:
+def _validate(config: TD3BCConfig) -> None:
     check_positive(
         config,
         "actor_lr",
@@ -271,12 +252,13 @@ class TD3BCConfig:
 
 
 @partial(dataclasses.dataclass, frozen=True)
-class ReBRACConfig:
+class ReBRACConfig(TD3BCConfig):
     """ReBRAC hyperparameters; defaults follow Tarasov et al. (2023) and tinkoff-ai/ReBRAC.
 
-    The BC coefficients are tuned per dataset in the paper; the defaults are its hopper-medium-v2
-    values (actor 0.01 is also the median over its halfcheetah/hopper/walker medium and
-    medium-replay configs). Observations are not normalized, as in the reference configs.
+    The same fields as ``TD3BCConfig``, with ReBRAC's defaults. The BC coefficients are tuned per
+    dataset in the paper; the defaults are its hopper-medium-v2 values (actor 0.01 is also the
+    median over its halfcheetah/hopper/walker medium and medium-replay configs). Observations
+    are not normalized, as in the reference configs.
     """
 
     actor_lr: float = 1e-3
@@ -285,26 +267,10 @@ class ReBRACConfig:
     """Adam learning rate of the twin critics."""
     hidden_dims: tuple[int, ...] = (256, 256, 256)
     """Hidden layer widths of actor and critics."""
-    actor_layer_norm: bool = False
-    """LayerNorm after each hidden layer of the actor (off for locomotion in the paper)."""
     critic_layer_norm: bool = True
     """LayerNorm after each hidden layer of the critics."""
-    num_qs: int = 2
-    """Number of critics (the target takes their minimum)."""
-    discount: float = 0.99
-    """Discount factor gamma."""
-    tau: float = 0.005
-    """Polyak averaging coefficient of the target networks."""
-    policy_noise: float = 0.2
-    """Std of the target policy smoothing noise (in normalized action units)."""
-    noise_clip: float = 0.5
-    """Clip range of the target policy smoothing noise."""
-    policy_delay: int = 2
-    """Critic updates per actor/target update."""
     alpha: float = 1.0
     """Weight of the Q term in the actor loss, lambda = alpha / mean|Q|."""
-    normalize_q: bool = True
-    """Divide the actor's Q term by mean|Q| of the batch (not differentiated)."""
     actor_q: Literal["first", "min"] = "min"
     """Q in the actor loss: the first critic (TD3+BC) or the minimum over critics (ReBRAC)."""
     actor_bc_coef: float = 0.01
@@ -313,25 +279,7 @@ class ReBRACConfig:
     """Actor BC term over action dims: mean (TD3+BC's MSE) or sum (ReBRAC's squared L2)."""
     critic_bc_coef: float = 0.001
     """Weight beta_2 of the next-action penalty in the TD target (0: off)."""
-    exploration_noise: float = 0.1
-    """Std of the Gaussian exploration noise (online fine-tuning)."""
     batch_size: int = 1024
     """Minibatch size of each gradient step."""
     normalize_observations: bool = False
     """Normalize observations with dataset mean and std."""
-    reward_normalization: Literal["none", "return_range"] = "none"
-    """Reward transform from the dataset: none, or D4RL's 1000 / (max - min episode return)."""
-    utd_ratio: int = 1
-    """Gradient steps per environment step when fine-tuning online."""
-    buffer_size: int = 1_000_000
-    """Replay buffer capacity in transitions."""
-    learning_starts: int = 0
-    """Environment steps before updates start when fine-tuning online."""
-
-    def __post_init__(self) -> None:
-        _validate(self)
-
-    @property
-    def needs_next_action(self) -> bool:
-        """Whether batches must carry ``next_action`` (a positive critic penalty)."""
-        return self.critic_bc_coef > 0
