@@ -5,7 +5,7 @@ one run on this machine, on a HalfCheetah-shaped dataset (17-dim observations, 6
 ``../shared/data/halfcheetah-sbx100k-v5.hdf5``, 100k rows, or random arrays of that shape when the
 file is missing):
 
-* jaxrl: the dataset in a device buffer (``buffer_from_arrays``), K updates per jitted call
+* jaxrl: the dataset in a device buffer (``Dataset.buffer``), K updates per jitted call
   fused with ``lax.scan`` (a minibatch drawn with ``buffer_sample`` inside each step, the agent
   donated), as an offline training run does. K is sized so that a call takes about 0.5 s (at most
   ``--max-k``); compilation and a warm-up call are excluded; updates/s over >= ``--seconds``.
@@ -43,13 +43,12 @@ import time
 from functools import partial
 from typing import Any
 
-import h5py
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl.buffers import buffer_from_arrays, buffer_sample
-from jaxrl.types import Transition
+from jaxrl.buffers import buffer_sample
+from jaxrl.offline import Dataset, load_d4rl, save_d4rl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(os.path.dirname(ROOT), "shared", "data", "halfcheetah-sbx100k-v5.hdf5")
@@ -81,57 +80,23 @@ SHOWN = (
 # ------------------------------------------------------------------------------------------ data
 
 
-def load_arrays(path: str) -> tuple[dict[str, np.ndarray], str]:
-    """The D4RL-layout arrays of ``path``, or seeded random arrays of HalfCheetah's shapes."""
+def load_data(path: str) -> tuple[Dataset, str]:
+    """The dataset at ``path`` (jaxrl's D4RL reader), or random rows of HalfCheetah's shapes."""
     if os.path.exists(path):
-        with h5py.File(path, "r") as h:
-            keys = ("observations", "actions", "next_observations", "rewards")
-            arrays = {k: np.asarray(h[k], np.float32) for k in keys}
-            for k in ("terminals", "timeouts"):
-                arrays[k] = np.asarray(h[k]).reshape(-1).astype(bool)
-        arrays["rewards"] = arrays["rewards"].reshape(-1)
-        arrays["actions"] = np.clip(arrays["actions"], -1.0, 1.0)
-        return arrays, path
+        return load_d4rl(path), path
     print(f"{path} not found: using random arrays of the same shapes (seed 0)", file=sys.stderr)
     n = 100_000
     rng = np.random.default_rng(0)
-    arrays = {
-        "observations": rng.normal(size=(n, OBS)).astype(np.float32),
-        "actions": rng.uniform(-1, 1, (n, ACT)).astype(np.float32),
-        "next_observations": rng.normal(size=(n, OBS)).astype(np.float32),
-        "rewards": rng.normal(size=n).astype(np.float32),
-        "terminals": np.zeros(n, bool),
-        "timeouts": (np.arange(n) % 1000) == 999,
-    }
-    return arrays, "random (seed 0, 100 episodes of 1000 steps)"
-
-
-def write_hdf5(arrays: dict[str, np.ndarray], path: str) -> None:
-    """Write ``arrays`` in the D4RL layout (for the peer process)."""
-    with h5py.File(path, "w") as h:
-        for k, v in arrays.items():
-            h.create_dataset(k, data=v)
-
-
-def transitions(arrays: dict[str, np.ndarray], with_next_action: bool) -> Transition:
-    """Rows as a ``Transition``, with ``next_action`` only when the agent needs it.
-
-    ``next_action`` is the next row's action within the episode (zeros at episode ends).
-    """
-    fields = (
-        arrays["observations"],
-        arrays["actions"],
-        arrays["rewards"],
-        arrays["next_observations"],
-        arrays["terminals"].astype(np.float32),
+    ds = Dataset(
+        observations=rng.normal(size=(n, OBS)),
+        actions=rng.uniform(-1, 1, (n, ACT)),
+        rewards=rng.normal(size=n),
+        next_observations=rng.normal(size=(n, OBS)),
+        terminals=np.zeros(n, bool),
+        timeouts=(np.arange(n) % 1000) == 999,
+        source="random",
     )
-    if not with_next_action:
-        return Transition(*fields)
-    nxt = np.zeros_like(arrays["actions"])
-    nxt[:-1] = arrays["actions"][1:]
-    nxt[arrays["terminals"] | arrays["timeouts"]] = 0.0
-    nxt[-1] = 0.0
-    return Transition(*fields, next_action=nxt)
+    return ds, "random (seed 0, 100 episodes of 1000 steps)"
 
 
 # ----------------------------------------------------------------------------------------- jaxrl
@@ -175,13 +140,13 @@ def _nice(x: float) -> int:
 
 
 def jaxrl_rate(
-    agent_cls: type, cfg: Any, arrays: dict, seconds: float, max_k: int, call_s: float = 0.5
+    agent_cls: type, cfg: Any, data: Dataset, seconds: float, max_k: int, call_s: float = 0.5
 ) -> dict:
     """Updates/s of the fused offline update of ``agent_cls`` at config ``cfg``."""
     bs = int(cfg.batch_size)
-    buf = buffer_from_arrays(transitions(arrays, bool(getattr(cfg, "needs_next_action", False))))
-    obs0 = jnp.asarray(arrays["observations"][0])
-    act0 = jnp.asarray(arrays["actions"][0])
+    buf = data.buffer(with_next_action=bool(getattr(cfg, "needs_next_action", False)))
+    obs0 = jnp.asarray(data.observations[0])
+    act0 = jnp.asarray(data.actions[0])
     agent = agent_cls.create(cfg, obs0, act0, 0)
     rng = jax.random.key(1)
 
@@ -280,14 +245,13 @@ def main() -> None:
             "skew the figures (torch's OpenMP threads suffer most)",
             file=sys.stderr,
         )
-    arrays, source = load_arrays(args.data)
+    data, source = load_data(args.data)
     tmp = None
     data_path = args.data
     if not os.path.exists(args.data):
         tmp = tempfile.NamedTemporaryFile(suffix=".hdf5", delete=False)
         tmp.close()
-        data_path = tmp.name
-        write_hdf5(arrays, data_path)
+        data_path = save_d4rl(data, tmp.name)
 
     # Rounds alternate jaxrl and d3rlpy per agent, so both see the same machine load.
     runs: dict[str, dict[str, list]] = {n: {"jaxrl": [], "d3rlpy": []} for n in names}
@@ -296,7 +260,7 @@ def main() -> None:
             for name in names:
                 agent_cls, config_cls, _ = resolve(name)
                 cfg = config_cls()
-                j = jaxrl_rate(agent_cls, cfg, arrays, args.seconds, args.max_k)
+                j = jaxrl_rate(agent_cls, cfg, data, args.seconds, args.max_k)
                 runs[name]["jaxrl"].append(j)
                 print(
                     f"[{r + 1}/{args.rounds}] jaxrl {name}: {j['updates_per_s']:.1f} updates/s "
@@ -341,7 +305,7 @@ def main() -> None:
             "load_average_start": round(load_start, 2),
         },
         "data": source,
-        "rows": len(arrays["rewards"]),
+        "rows": len(data),
         "seconds": args.seconds,
         "rounds": args.rounds,
         "results": rows,

@@ -17,7 +17,7 @@ USAGE = """usage: jaxrl {{train,eval,dataset,plot}} ...
                     [--eval-every N] [--eval-episodes N] [agent options...]
   jaxrl train AGENT --dataset PATH|minari:ID [--env ENV] ...   offline agents
   jaxrl dataset collect --env ENV --policy RUN_DIR --kind KIND --steps N --out FILE.hdf5
-  jaxrl dataset info FILE            size, episodes, returns, reference scores
+  jaxrl dataset info FILE [--env ENV]   size, episodes, returns, reference scores
   jaxrl eval DIR [--episodes N]      print one JSON line with the evaluation return
   jaxrl plot DIR [DIR ...] [--out FILE]   plot eval return against steps
 
@@ -299,9 +299,10 @@ def dataset_command(argv: list[str]) -> None:
     c.add_argument("--out", required=True, help="output .hdf5 path")
     i = sub.add_parser("info", help="size, episodes, returns and reference scores of a dataset")
     i.add_argument("dataset", help="a .hdf5 file, a Minari dataset directory, or minari:ID")
+    i.add_argument("--env", default=None, help="env id when the file does not name one (scores)")
     a = p.parse_args(argv)
     if a.action == "info":
-        print(json.dumps(load_dataset(a.dataset).info(), indent=2, default=str))
+        print(json.dumps(load_dataset(a.dataset, a.env).info(), indent=2, default=str))
         return
     ds = collect(
         a.env,

@@ -91,3 +91,22 @@ def test_offline_command_line_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["dataset", "collect", "--env", "Pendulum-v1", "--kind", "expert", "--out", "x.h5"])
     assert "needs --policy" in capsys.readouterr().err
+
+
+def test_dataset_info_takes_the_env_when_the_file_names_none(tmp_path, capsys):
+    import numpy as np
+
+    from jaxrl.offline import Dataset, save_d4rl
+
+    # Two 3-step episodes with returns 3 and 6, no env id in the file (as in D4RL's own files).
+    obs = np.zeros((6, 4), np.float32)
+    rewards = np.array([1, 1, 1, 2, 2, 2], np.float32)
+    ends = np.array([0, 0, 1, 0, 0, 1], bool)
+    ds = Dataset(obs, np.zeros((6, 2)), rewards, obs, np.zeros(6), ends)
+    path = save_d4rl(ds, tmp_path / "d.hdf5")
+    info = json.loads(_run_cli(["dataset", "info", path], capsys))
+    assert info["env_id"] is None and info["normalized_score_mean"] is None
+    info = json.loads(_run_cli(["dataset", "info", path, "--env", "Hopper-v5"], capsys))
+    lo, hi = -20.272305, 3234.3  # D4RL's hopper references
+    assert info["episodes"] == 2 and info["return_mean"] == pytest.approx(4.5)
+    assert info["normalized_score_mean"] == pytest.approx(100 * (4.5 - lo) / (hi - lo))
