@@ -149,6 +149,7 @@ def jaxrl_rate(
     act0 = jnp.asarray(data.actions[0])
     agent = agent_cls.create(cfg, obs0, act0, 0)
     rng = jax.random.key(1)
+    gflop = update_gflop(agent, buf, bs)
 
     def call(agent: Any, rng: jax.Array, k: int) -> tuple[Any, jax.Array, float]:
         t = time.perf_counter()
@@ -177,7 +178,33 @@ def jaxrl_rate(
         "updates_per_call": k,
         "compile_and_warmup_s": round(compile_s, 1),
         "batch_size": bs,
+        "gflop_per_update": round(gflop, 3),
+        "gflop_per_s": round(gflop * n / elapsed, 1),
     }
+
+
+def update_gflop(agent: Any, buf: Any, batch_size: int) -> float:
+    """GFLOP of one update (sampling included), from XLA's cost analysis of the compiled step.
+
+    Branches of ``lax.cond`` (TD3's delayed actor step) are both counted, so agents with a
+    policy delay are over-counted by up to the actor's share.
+    """
+    step = jax.jit(lambda a, k: a.update(buffer_sample(buf, k, batch_size)))
+    cost = step.lower(agent, jax.random.key(0)).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    return float(cost.get("flops", float("nan"))) / 1e9
+
+
+def matmul_gflops(n: int, repeats: int) -> float:
+    """GFLOP/s of a jitted ``[n, n] @ [n, n]`` float32 matmul: the machine's practical ceiling."""
+    x = jnp.ones((n, n), jnp.float32)
+    mm = jax.jit(lambda a: a @ a)
+    mm(x).block_until_ready()
+    t = time.perf_counter()
+    for _ in range(repeats):
+        y = mm(x)
+    y.block_until_ready()
+    return 2 * n**3 * repeats / (time.perf_counter() - t) / 1e9
 
 
 # ---------------------------------------------------------------------------------------- d3rlpy
@@ -303,6 +330,8 @@ def main() -> None:
             "torch": peer.get("torch_version"),
             "torch_threads": ",".join(map(str, torch_threads)),
             "load_average_start": round(load_start, 2),
+            "matmul_gflops_1024": round(matmul_gflops(1024, 50), 1),
+            "matmul_gflops_256": round(matmul_gflops(256, 2000), 1),
         },
         "data": source,
         "rows": len(data),
@@ -334,6 +363,9 @@ def row(name: str, runs: dict[str, list]) -> dict:
         "ratio": _ratio(j_rate, d_rate),
         "d3rlpy_fit_updates_per_s": d_fit,
         "fit_ratio": _ratio(j_rate, d_fit),
+        "gflop_per_update": jx[-1]["gflop_per_update"],
+        "jaxrl_gflop_per_s": round(jx[-1]["gflop_per_update"] * j_rate, 1),
+        "d3rlpy_gflop_per_s": round(jx[-1]["gflop_per_update"] * d_rate, 1) if d_rate else None,
         "batch_size": jx[-1]["batch_size"],
         "settings": summary(cfg_json),
         "differences": last.get("differences", []),
@@ -381,9 +413,13 @@ def write_tables(res: dict, out: str | None) -> None:
         f"1-min load average before the run: {m['load_average_start']} (other processes; "
         f"near 0 on a quiet machine, and figures taken at {m['threads']} or more are unreliable).",
         "",
-        "| agent | batch | jaxrl updates/s | d3rlpy updates/s | ratio | d3rlpy sample+update/s "
-        "| ratio | settings (jaxrl defaults, d3rlpy set to match) | d3rlpy differs |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"Ceiling: a float32 matmul runs at {m['matmul_gflops_1024']} GFLOP/s (1024x1024) and "
+        f"{m['matmul_gflops_256']} GFLOP/s (256x256) in jax on this machine.",
+        "",
+        "| agent | batch | GFLOP/update | jaxrl updates/s | jaxrl GFLOP/s | d3rlpy updates/s "
+        "| d3rlpy GFLOP/s | ratio | d3rlpy sample+update/s | ratio "
+        "| settings (jaxrl defaults, d3rlpy set to match) | d3rlpy differs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in res["results"]:
         ratio = _fmt(r["ratio"], ".1f") + ("x" if r["ratio"] else "")
@@ -394,8 +430,9 @@ def write_tables(res: dict, out: str | None) -> None:
         err = r["error"]
         diffs = "; ".join(r["differences"]) or ("failed: " + err if err else "none")
         lines.append(
-            f"| {label} | {r['batch_size']} | {_fmt(r['jaxrl_updates_per_s'])} | "
-            f"{_fmt(r['d3rlpy_updates_per_s'])} | {ratio} | "
+            f"| {label} | {r['batch_size']} | {r['gflop_per_update']:.2f} | "
+            f"{_fmt(r['jaxrl_updates_per_s'])} | {_fmt(r['jaxrl_gflop_per_s'])} | "
+            f"{_fmt(r['d3rlpy_updates_per_s'])} | {_fmt(r['d3rlpy_gflop_per_s'])} | {ratio} | "
             f"{_fmt(r['d3rlpy_fit_updates_per_s'])} | {fit_ratio} | {r['settings']} | {diffs} |"
         )
     lines += [
@@ -405,6 +442,11 @@ def write_tables(res: dict, out: str | None) -> None:
         "- d3rlpy `updates/s`: `algo.update(batch)` on minibatches sampled beforehand (the learner "
         "alone); `sample+update/s` adds `dataset.sample_transition_batch` per step, as "
         "`algo.fit` does. The ratio column is against the learner alone. Target: >= 3x.",
+        "- GFLOP/update: XLA's cost analysis of one compiled jaxrl update (TD3+BC and ReBRAC "
+        "count both branches of the delayed actor step, so their GFLOP/s are over-stated by up "
+        "to the actor's share). The same work done at d3rlpy's rate gives its GFLOP/s. Where "
+        "both sides are near the matmul ceiling, no implementation can be several times faster "
+        "on this CPU; the ratio then measures per-step overhead only.",
         "- ReBRAC runs at its paper batch size, 1024 (the others 256), on both sides; its "
         "updates/s are therefore not comparable with the other rows.",
         "- d3rlpy is configured from each jaxrl config field by field "

@@ -257,7 +257,7 @@ def make_config(name: str, cfg: dict[str, Any]) -> tuple[Any, list[str]]:
             f.differences.append(f"value_lr={value_lr!r} (d3rlpy: critic_lr for Q and V)")
         # IQL decays the actor's learning rate with a cosine over the whole run.
         schedule = f.get("actor_lr_schedule", default="constant")
-        decay = int(f.get("max_steps", default=1_000_000))
+        decay = int(f.get("max_steps") or 1_000_000)  # None: the run's budget; 1M offline
         if schedule == "cosine":
             kw["actor_optim_factory"] = AdamFactory(
                 lr_scheduler_factory=CosineAnnealingLRFactory(T_max=decay)
