@@ -835,19 +835,21 @@ def train_offline(
 
     evaluate_fn = _evaluator(eval_env, cfg.seed + 10_000)
     ckpt_every = cfg.checkpoint_every or cfg.eval_every
-    every = min(cfg.log_every, cfg.eval_every, ckpt_every)
+    periods = (cfg.log_every, cfg.eval_every, ckpt_every)
     start_step, start_time = step, time.perf_counter()
     last_log = (step, start_time)
     bar = _progress_bar(cfg, step)
     with _StopFlag() as stop:
         while step < cfg.total_steps and not stop.raised:
-            n = min(every - step % every, cfg.total_steps - step)
+            # A chunk ends at the next log, eval or checkpoint point, whichever comes first.
+            n = min(*(p - step % p for p in periods), cfg.total_steps - step)
             state, info = run_chunk(state, n)
             prev, step = step, step + n
+            info = jax.device_get(info)  # waits for the chunk: the rate below is compute time
             if bar is not None:
                 bar.update(n)
             now = time.perf_counter()
-            row = {k: float(v) for k, v in jax.device_get(info).items()}
+            row = {k: float(v) for k, v in info.items()}
             row["time/updates_per_s"] = (step - last_log[0]) / max(now - last_log[1], 1e-9)
             if step // cfg.eval_every > prev // cfg.eval_every or step >= cfg.total_steps:
                 returns = evaluate_fn(state.agent)

@@ -110,3 +110,33 @@ def test_dataset_info_takes_the_env_when_the_file_names_none(tmp_path, capsys):
     lo, hi = -20.272305, 3234.3  # D4RL's hopper references
     assert info["episodes"] == 2 and info["return_mean"] == pytest.approx(4.5)
     assert info["normalized_score_mean"] == pytest.approx(100 * (4.5 - lo) / (hi - lo))
+
+
+def test_env_flag_scores_a_file_without_env_and_evals_land_on_their_steps(tmp_path, capsys):
+    import numpy as np
+
+    from jaxrl.offline import Dataset, collect, save_d4rl
+
+    # Random Hopper-v5 data written without an env id, as D4RL's own files are.
+    ds = collect("Hopper-v5", "random", 300, seed=0)
+    bare = Dataset(ds.observations, ds.actions, ds.rewards, ds.next_observations, ds.terminals,
+                   ds.timeouts)  # fmt: skip
+    path = save_d4rl(bare, tmp_path / "hopper-random.hdf5")
+    run = str(tmp_path / "run")
+    main([
+        "train", "bc", "--dataset", path, "--env", "Hopper-v5", "--out", run,
+        "--total-steps", "60", "--log-every", "20", "--eval-every", "30", "--eval-episodes", "1",
+        "--hidden-dims", "16", "16", "--batch-size", "32", "--no-progress", "--no-tensorboard",
+    ])  # fmt: skip
+    capsys.readouterr()
+    rows = list(csv.DictReader(open(os.path.join(run, "metrics.csv"))))
+    assert [r["step"] for r in rows] == ["20", "30", "40", "60"]
+    assert [bool(r["eval_return"]) for r in rows] == [False, True, False, True]
+    rates = [float(r["time/updates_per_s"]) for r in rows]
+    assert all(0 < x < 1e6 for x in rates), rates
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    lo, hi = -20.272305, 3234.3  # D4RL hopper, from --env since the file names no env
+    ret = summary["final_eval_return_mean"]
+    assert summary["normalized_score"] == pytest.approx(100 * (ret - lo) / (hi - lo))
+    assert float(rows[-1]["eval_normalized_score"]) == pytest.approx(summary["normalized_score"])
+    assert np.isfinite(ret)

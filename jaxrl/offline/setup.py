@@ -60,8 +60,9 @@ def setup_offline(
     from jaxrl.envs import make_env
     from jaxrl.envs.jax_envs import is_jax_env
 
-    dataset = load_dataset(train_config.dataset)
-    env_id = train_config.env or dataset.env_id
+    # --env names the dataset's env too (scores use its D4RL references if the file has none).
+    dataset = load_dataset(train_config.dataset, train_config.env or None)
+    env_id = dataset.env_id
     if not env_id:
         raise ValueError(
             f"{train_config.dataset} does not say which env it comes from (no metadata/env_id); "
