@@ -244,10 +244,15 @@ def main(argv: list[str] | None = None) -> None:
         train_cfg, agent_cfg = _guard(lambda: parse_train_args(rest[0], rest[1:]))
         summary = _guard(lambda: train(rest[0], train_cfg, agent_cfg))
         if summary["completed"]:
+            rate = f"{summary['env_steps_per_s']:.0f} env steps/s"
+            if summary.get("dataset"):
+                rate = f"{summary['updates_per_s']:.0f} updates/s; normalized score "
+                rate += "n/a" if summary["normalized_score"] is None else (
+                    f"{summary['normalized_score']:.1f}"
+                )
             print(
                 f"final eval return: {summary['final_eval_return_mean']:.2f} "
-                f"+/- {summary['final_eval_return_std']:.2f} ({summary['env_steps_per_s']:.0f} "
-                f"env steps/s)"
+                f"+/- {summary['final_eval_return_std']:.2f} ({rate})"
             )
     elif cmd == "eval":
         import argparse
