@@ -57,8 +57,7 @@ def test_vmapped_seeds_equal_single_seed_runs(tmp_path):
     )
     assert summary["seeds"] == [0, 1, 2, 3] and summary["completed"]
     assert os.path.exists(tmp_path / "v" / "learning_curve.png")
-    finals = []
-    for seed in range(4):
+    for seed in (0, 3):  # the first and last slices (each single run compiles its own loop)
         out = tmp_path / f"single{seed}"
         _, cfg1, _ = _train([*common, "--seed", str(seed), "--out", str(out)])
         vmapped = _restore(str(tmp_path / "v" / f"s{seed}"), agent_cfg, cfg1)
@@ -73,9 +72,10 @@ def test_vmapped_seeds_equal_single_seed_runs(tmp_path):
             assert rv.keys() == rs.keys()
             for k in ("critic/loss", "actor/loss", "temp/alpha", "train/episode_return"):
                 np.testing.assert_allclose(rv.get(k, 0), rs.get(k, 0), rtol=1e-4, err_msg=k)
-        finals.append(rows_s[-1]["critic/loss"])
     # The seeds really differ from each other.
-    assert len({round(f, 3) for f in finals}) == 4
+    losses = [read_metrics(str(tmp_path / "v" / f"s{s}" / "metrics.csv"))[-1]["critic/loss"]
+              for s in range(4)]
+    assert len({round(f, 3) for f in losses}) == 4
 
 
 def test_fused_resume_continues_like_an_uninterrupted_run(tmp_path):
