@@ -43,6 +43,16 @@ def check_range(config: Any, name: str, low: float, high: float, *, low_open: bo
         )
 
 
+def check_choice(config: Any, name: str, choices: Any) -> None:
+    """Raise ``ConfigError`` unless the named field is one of ``choices``."""
+    value = getattr(config, name)
+    if value not in choices:
+        raise ConfigError(
+            f"{type(config).__name__}.{name} must be one of {tuple(choices)}, got {value!r}; "
+            f"set {_flag(name)} accordingly."
+        )
+
+
 def config_to_dict(config: Any) -> dict[str, Any]:
     """JSON-friendly dict of a (possibly nested) config dataclass."""
     return dataclasses.asdict(config)

@@ -88,7 +88,8 @@ def test_round_trip_keeps_arrays_metadata_and_references(tmp_path):
         np.testing.assert_array_equal(getattr(back, k), getattr(ds, k))
     assert back.env_id == "Pendulum-v1"
     assert back.ref_returns == (-1200.0, -150.0)
-    assert back.metadata["kind"] == "medium" and int(back.metadata["seed"]) == 3
+    assert back.metadata["kind"] == "medium" and back.metadata["seed"] == 3
+    assert type(back.metadata["seed"]) is int  # Python scalars: JSON numbers in `info`
     np.testing.assert_array_equal(back.infos["qpos"], np.arange(16.0))
     assert back.episode_returns().shape == (3,)
     np.testing.assert_allclose(back.episode_returns().sum(), a["rewards"].sum(), rtol=1e-5)
@@ -282,6 +283,7 @@ def test_random_collection_is_reproducible_and_has_real_transitions(tmp_path):
     np.testing.assert_array_equal(a.next_observations[inner], a.observations[inner + 1])
     assert a.ref_returns[1] == -150.0 and a.ref_returns[0] < -800  # measured random return
     assert a.metadata["kind"] == "random" and a.metadata["seed"] == 4
+    assert a.metadata["steps"] == 450 and a.metadata["transitions"] == 450
     back = load_dataset(save_d4rl(a, tmp_path / "r.hdf5"))
     assert back.ref_returns == a.ref_returns and back.metadata["kind"] == "random"
 

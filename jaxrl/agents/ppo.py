@@ -23,7 +23,7 @@ from flax import struct
 from flax.training.train_state import TrainState
 
 from jaxrl import rl
-from jaxrl.config import ConfigError, check_positive, check_range
+from jaxrl.config import ConfigError, check_choice, check_positive, check_range
 from jaxrl.networks import ACTIVATIONS, NormalTanhPolicy, ValueNetwork, make_train_state
 from jaxrl.types import InfoDict, Params, Rollout
 
@@ -324,8 +324,4 @@ class PPOConfig:
         check_range(self, "entropy_cost", 0.0, float("inf"))
         check_range(self, "discount", 0.0, 1.0)
         check_range(self, "gae_lambda", 0.0, 1.0)
-        if self.activation not in ACTIVATIONS:
-            raise ConfigError(
-                f"PPOConfig.activation must be one of {sorted(ACTIVATIONS)}, got "
-                f"{self.activation!r}; set --activation accordingly."
-            )
+        check_choice(self, "activation", sorted(ACTIVATIONS))

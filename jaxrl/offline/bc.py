@@ -17,12 +17,10 @@ from flax import struct
 from flax.training.train_state import TrainState
 
 from jaxrl import rl
-from jaxrl.config import ConfigError, check_positive, check_range
+from jaxrl.config import check_choice, check_positive, check_range
 from jaxrl.networks import DeterministicActor, gradient_step, make_train_state
-from jaxrl.offline.common import DataNorm
+from jaxrl.offline.common import REWARD_NORMALIZATIONS, DataNorm
 from jaxrl.types import Batch, InfoDict, Params
-
-REWARD_NORMALIZATIONS = ("none", "return_range")
 
 # ----------------------------------------------------------------------------------------- losses
 
@@ -106,8 +104,4 @@ class BCConfig:
         check_positive(self, "actor_lr", "hidden_dims", "batch_size", "utd_ratio", "buffer_size")
         check_range(self, "exploration_noise", 0.0, float("inf"))
         check_range(self, "learning_starts", 0, float("inf"))
-        if self.reward_normalization not in REWARD_NORMALIZATIONS:
-            raise ConfigError(
-                f"BCConfig.reward_normalization must be one of {REWARD_NORMALIZATIONS}, got "
-                f"{self.reward_normalization!r}; set --reward-normalization accordingly."
-            )
+        check_choice(self, "reward_normalization", REWARD_NORMALIZATIONS)

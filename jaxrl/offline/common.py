@@ -18,6 +18,9 @@ from flax import struct
 from jaxrl.buffers import BufferState
 from jaxrl.types import Transition
 
+REWARD_NORMALIZATIONS = ("none", "return_range")
+"""Accepted values of an offline config's ``reward_normalization``."""
+
 
 class DataNorm(struct.PyTreeNode):
     """``obs -> (obs - obs_mean) / obs_std`` and ``reward -> reward * reward_scale + reward_shift``.
@@ -71,8 +74,8 @@ def data_norm(dataset: Any, config: Any) -> DataNorm:
     mode = getattr(config, "reward_normalization", "none")
     if mode == "return_range":
         norm = norm.replace(reward_scale=jnp.float32(dataset.reward_scale_return_range()))
-    elif mode != "none":
-        raise ValueError(f"Unknown reward_normalization {mode!r}; use 'none' or 'return_range'.")
+    elif mode not in REWARD_NORMALIZATIONS:
+        raise ValueError(f"Unknown reward_normalization {mode!r}; use {REWARD_NORMALIZATIONS}.")
     return norm
 
 

@@ -25,9 +25,9 @@ from flax.training.train_state import TrainState
 
 from jaxrl import rl
 from jaxrl.agents import sac
-from jaxrl.config import ConfigError, check_positive, check_range
+from jaxrl.config import check_choice, check_positive, check_range
 from jaxrl.networks import Temperature, gradient_step, make_train_state
-from jaxrl.offline.common import DataNorm
+from jaxrl.offline.common import REWARD_NORMALIZATIONS, DataNorm
 from jaxrl.types import Batch, InfoDict, Params
 
 # ----------------------------------------------------------------------------------------- losses
@@ -305,8 +305,4 @@ class CQLConfig:
         check_range(self, "tau", 0.0, 1.0, low_open=True)
         check_range(self, "bc_steps", 0, float("inf"))
         check_range(self, "learning_starts", 0, float("inf"))
-        if self.reward_normalization not in ("none", "return_range"):
-            raise ConfigError(
-                f"CQLConfig.reward_normalization must be 'none' or 'return_range', got "
-                f"{self.reward_normalization!r}; set --reward-normalization accordingly."
-            )
+        check_choice(self, "reward_normalization", REWARD_NORMALIZATIONS)

@@ -318,6 +318,8 @@ def _read_group(group: Any) -> dict[str, Any]:
                 value = value.decode()
             elif isinstance(value, np.ndarray) and value.dtype.kind in "SO" and value.ndim == 0:
                 value = value.item().decode() if isinstance(value.item(), bytes) else value.item()
+            elif isinstance(value, np.generic):  # numpy scalars -> Python (JSON-friendly)
+                value = value.item()
             out[key] = value
     for key, value in group.attrs.items():
         out.setdefault(key, value.decode() if isinstance(value, bytes) else value)

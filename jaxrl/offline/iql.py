@@ -18,9 +18,9 @@ from flax import struct
 from flax.training.train_state import TrainState
 
 from jaxrl import rl
-from jaxrl.config import ConfigError, check_positive, check_range
+from jaxrl.config import ConfigError, check_choice, check_positive, check_range
 from jaxrl.networks import EnsembleQ, GaussianActor, ValueNetwork, gradient_step, make_train_state
-from jaxrl.offline.common import DataNorm
+from jaxrl.offline.common import REWARD_NORMALIZATIONS, DataNorm
 from jaxrl.types import Batch, InfoDict, Params
 
 # ----------------------------------------------------------------------------------------- losses
@@ -195,12 +195,5 @@ class IQLConfig:
             )
         check_range(self, "temperature", 0.0, float("inf"))
         check_range(self, "learning_starts", 0, float("inf"))
-        for name, choices in (
-            ("actor_lr_schedule", ("cosine", "constant")),
-            ("reward_normalization", ("none", "return_range")),
-        ):
-            if getattr(self, name) not in choices:
-                raise ConfigError(
-                    f"IQLConfig.{name} must be one of {choices}, got {getattr(self, name)!r}; "
-                    f"set --{name.replace('_', '-')} accordingly."
-                )
+        check_choice(self, "actor_lr_schedule", ("cosine", "constant"))
+        check_choice(self, "reward_normalization", REWARD_NORMALIZATIONS)

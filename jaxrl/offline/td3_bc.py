@@ -19,9 +19,9 @@ from flax.training.train_state import TrainState
 
 from jaxrl import rl
 from jaxrl.agents import td3
-from jaxrl.config import ConfigError, check_positive, check_range
+from jaxrl.config import check_choice, check_positive, check_range
 from jaxrl.networks import DeterministicActor, EnsembleQ, make_train_state
-from jaxrl.offline.common import DataNorm
+from jaxrl.offline.common import REWARD_NORMALIZATIONS, DataNorm
 from jaxrl.types import Batch, InfoDict, Params
 
 # ----------------------------------------------------------------------------------------- losses
@@ -179,14 +179,10 @@ def _validate(config: TD3BCConfig) -> None:
     choices = {
         "actor_q": ("first", "min"),
         "bc_reduction": ("mean", "sum"),
-        "reward_normalization": ("none", "return_range"),
+        "reward_normalization": REWARD_NORMALIZATIONS,
     }
     for name, allowed in choices.items():
-        if getattr(config, name) not in allowed:
-            raise ConfigError(
-                f"{type(config).__name__}.{name} must be one of {allowed}, got "
-                f"{getattr(config, name)!r}; set --{name.replace('_', '-')} accordingly."
-            )
+        check_choice(config, name, allowed)
 
 
 @partial(dataclasses.dataclass, frozen=True)
