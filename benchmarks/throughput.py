@@ -80,11 +80,11 @@ def update_rate(name: str, k: int = 50, calls: int = 10) -> dict:
     state = buf.add(buf.init(jax.tree.map(lambda x: x[0], data)), data)
     step = jax.jit(partial(_update_step, num_updates=k, batch_size=BATCH), donate_argnums=(0, 1))
     key = jax.random.key(1)
-    agent, key, _ = step(agent, key, state)
+    agent, key, _ = step(agent, key, state, None)
     jax.block_until_ready(agent)
     t = time.perf_counter()
     for _ in range(calls):
-        agent, key, _ = step(agent, key, state)
+        agent, key, _ = step(agent, key, state, None)
     jax.block_until_ready(agent)
     rate = k * calls / (time.perf_counter() - t)
 

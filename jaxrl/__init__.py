@@ -1,10 +1,18 @@
 """jaxrl: pure-functional, JIT-compiled deep RL for continuous control in JAX."""
 
-from jaxrl.buffers import BufferState, ReplayBuffer, buffer_from_arrays, make_replay_buffer
+from jaxrl.buffers import (
+    BufferState,
+    ReplayBuffer,
+    buffer_from_arrays,
+    make_replay_buffer,
+    sample_minibatches,
+    sample_mixed,
+)
 from jaxrl.checkpoint import Checkpointer, CheckpointError
 from jaxrl.config import ConfigError
 from jaxrl.distributions import TanhNormal
 from jaxrl.envs import EnvError, HostEnv, make_env, make_jax_env
+from jaxrl.episodes import EpisodeTracker, monte_carlo_returns
 from jaxrl.training import (
     FusedState,
     LoopState,
@@ -31,6 +39,7 @@ __all__ = [
     "Checkpointer",
     "ConfigError",
     "EnvError",
+    "EpisodeTracker",
     "FusedState",
     "HostEnv",
     "LoopState",
@@ -48,8 +57,11 @@ __all__ = [
     "make_env",
     "make_jax_env",
     "make_replay_buffer",
+    "monte_carlo_returns",
     "prepare_run_dir",
     "run_config",
+    "sample_minibatches",
+    "sample_mixed",
     "train_fused",
     "train_host",
     "train_offline",

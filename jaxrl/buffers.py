@@ -126,3 +126,33 @@ def sample_mixed(
     if batch_size - n_a > 0:
         parts.append(buffer_sample(state_b, key_b, batch_size - n_a))
     return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *parts)
+
+
+def sample_minibatches(
+    state: BufferState,
+    key: jax.Array,
+    num_batches: int,
+    batch_size: int,
+    prior: BufferState | None = None,
+    prior_ratio: float = 0.0,
+) -> Any:
+    """``num_batches`` minibatches, leading axes ``[num_batches, batch_size]``, for ``lax.scan``.
+
+    With ``prior`` (e.g. an offline dataset) every minibatch holds ``round(prior_ratio *
+    batch_size)`` rows of ``prior`` followed by the rest from ``state`` (``sample_mixed``), so the
+    ratio holds per gradient step, not just on average.
+    """
+    if prior is None or prior_ratio == 0.0:
+        flat = buffer_sample(state, key, num_batches * batch_size)
+        return jax.tree.map(lambda x: x.reshape(num_batches, batch_size, *x.shape[1:]), flat)
+    keys = jax.random.split(key, num_batches)
+    return jax.vmap(lambda k: sample_mixed(prior, state, k, batch_size, prior_ratio))(keys)
+
+
+def set_rows(state: BufferState, field: str, rows: jax.Array, values: jax.Array) -> BufferState:
+    """``state`` with ``data.<field>[rows] = values``; out-of-range rows are dropped.
+
+    For fields known only after the step was added (``next_action``, ``mc_return``).
+    """
+    column = getattr(state.data, field).at[rows].set(values, mode="drop")
+    return state.replace(data=state.data._replace(**{field: column}))

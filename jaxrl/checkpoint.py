@@ -79,6 +79,21 @@ class Checkpointer:
         self._manager.reload()
         return sorted(self._manager.all_steps())
 
+    def meta(self, step: int | None = None) -> dict[str, Any]:
+        """The JSON record of the checkpoint at ``step`` (default: newest), without its arrays.
+
+        Raises:
+            CheckpointError: when there is no checkpoint or its record is unreadable.
+        """
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise CheckpointError(f"No checkpoint in {self.directory}.")
+        try:
+            args = ocp.args.Composite(meta=ocp.args.JsonRestore())
+            return self._manager.restore(step, args=args).meta
+        except Exception as err:  # orbax raises many types for damaged files
+            raise self._corrupt(step, os.path.join(self.directory, str(step)), err) from err
+
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
         """Write a checkpoint for ``step`` (overwrites nothing until the write is complete)."""
         args = ocp.args.Composite(

@@ -11,11 +11,14 @@ import os
 import sys
 from typing import Annotated, Any
 
-USAGE = """usage: jaxrl {{train,eval,dataset,plot}} ...
+USAGE = """usage: jaxrl {{train,finetune,eval,dataset,plot}} ...
 
   jaxrl train AGENT --env ENV [--total-steps N] [--seed S] [--num-envs E] [--out DIR]
                     [--eval-every N] [--eval-episodes N] [agent options...]
   jaxrl train AGENT --dataset PATH|minari:ID [--env ENV] ...   offline agents
+  jaxrl train AGENT --dataset D --env E --offline-steps N --online-steps M   offline-to-online
+  jaxrl train rlpd --env E --dataset D [--total-steps M] [--offline-ratio 0.5]   online + data
+  jaxrl finetune DIR --online-steps M [--offline-ratio R]   continue an offline run online
   jaxrl dataset collect --env ENV --policy RUN_DIR --kind KIND --steps N --out FILE.hdf5
   jaxrl dataset info FILE [--env ENV]   size, episodes, returns, reference scores
   jaxrl eval DIR [--episodes N]      print one JSON line with the evaluation return
@@ -78,12 +81,24 @@ def train(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
 
     agent_cls, _ = _agents()[agent_name]
     if train_cfg.dataset:
-        if agent_name not in OFFLINE_AGENTS:
+        from jaxrl.offline.finetune import train_offline_to_online, train_with_data
+
+        if agent_name in OFFLINE_AGENTS:
+            if train_cfg.online_steps:
+                return train_offline_to_online(agent_name, agent_cls, agent_cfg, train_cfg)
+            return _train_offline(agent_name, train_cfg, agent_cfg)
+        if getattr(agent_cls, "on_policy", False):
             raise ValueError(
-                f"{agent_name} is an online agent; --dataset is for the offline agents "
+                f"{agent_name} is on-policy and cannot reuse a dataset; with --dataset use an "
+                "off-policy agent (rlpd, sac, td3) or an offline one "
                 f"({', '.join(OFFLINE_AGENTS)})."
             )
-        return _train_offline(agent_name, train_cfg, agent_cfg)
+        return train_with_data(agent_name, agent_cls, agent_cfg, train_cfg)
+    if train_cfg.online_steps or train_cfg.offline_steps is not None:
+        raise ValueError(
+            "--offline-steps / --online-steps split a run with --dataset into its offline and "
+            "online phases; without a dataset use --total-steps."
+        )
     if agent_name in OFFLINE_AGENTS:
         raise ValueError(
             f"{agent_name} is an offline agent: pass --dataset PATH (a D4RL .hdf5 file, a Minari "
@@ -102,12 +117,12 @@ def train(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
             f"jax:NAME); for {train_cfg.env!r} run one process per --seed."
         )
     from jaxrl.envs import make_env
-    from jaxrl.training import prepare_run_dir, run_config, train_host
+    from jaxrl.training import default_out, prepare_run_dir, run_config, train_host
 
     num_envs = train_cfg.num_envs or 1
     env = make_env(train_cfg.env, num_envs)
     eval_env = make_env(train_cfg.env, train_cfg.eval_episodes)
-    out = train_cfg.out or _default_out(agent_name, train_cfg)
+    out = train_cfg.out or default_out(agent_name, train_cfg)
     prepare_run_dir(out, run_config(agent_name, agent_cfg, train_cfg))
     agent = agent_cls.create(agent_cfg, env.obs_example, env.action_example, train_cfg.seed)
     summary = train_host(agent, env, eval_env, train_cfg, out, agent_name)
@@ -119,9 +134,9 @@ def train(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
 def _train_offline(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     """Load and validate the dataset, build the eval env, then run the offline loop."""
     from jaxrl.offline.setup import setup_offline
-    from jaxrl.training import prepare_run_dir, run_config, train_offline
+    from jaxrl.training import default_out, prepare_run_dir, run_config, train_offline
 
-    out = train_cfg.out or _default_out(agent_name, train_cfg)
+    out = train_cfg.out or default_out(agent_name, train_cfg)
     s = setup_offline(_agents()[agent_name][0], agent_cfg, train_cfg, out)
     config = run_config(agent_name, s.agent_config, s.train_config)
     prepare_run_dir(out, {**config, "dataset_info": s.run_config_extras()})
@@ -141,15 +156,6 @@ def _dataset_score(config: dict[str, Any], ret: float) -> float | None:
     return normalized_score(ret, tuple(refs) if refs else reference_returns(config["env"]))
 
 
-def _default_out(agent_name: str, cfg: Any) -> str:
-    seeds = f"s{cfg.seed}" if cfg.num_seeds == 1 else f"s{cfg.seed}-{cfg.seed + cfg.num_seeds - 1}"
-    where = cfg.env.split("?")[0]
-    if cfg.dataset:
-        where = os.path.splitext(os.path.basename(os.path.normpath(cfg.dataset)))[0]
-    name = f"{agent_name}-{where}-{seeds}"
-    return os.path.join("runs", name.replace(":", "_"))
-
-
 def _train_jax(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     import dataclasses as dc
 
@@ -157,13 +163,13 @@ def _train_jax(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any
 
     from jaxrl.logging import plot_learning_curves, write_json
     from jaxrl.runs import make_jax_envs
-    from jaxrl.training import prepare_run_dir, run_config, train_fused
+    from jaxrl.training import default_out, prepare_run_dir, run_config, train_fused
 
     agent_cls, _ = _agents()[agent_name]
     num_envs = train_cfg.num_envs or 64
     train_cfg = dc.replace(train_cfg, num_envs=num_envs)
     env, eval_env = make_jax_envs(train_cfg.env, num_envs, train_cfg.eval_episodes, agent_cfg)
-    out = train_cfg.out or _default_out(agent_name, train_cfg)
+    out = train_cfg.out or default_out(agent_name, train_cfg)
     k = train_cfg.num_seeds
     if k == 1:
         outs = [out]
@@ -243,17 +249,23 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(_usage())
         train_cfg, agent_cfg = _guard(lambda: parse_train_args(rest[0], rest[1:]))
         summary = _guard(lambda: train(rest[0], train_cfg, agent_cfg))
-        if summary["completed"]:
-            rate = f"{summary['env_steps_per_s']:.0f} env steps/s"
-            if summary.get("dataset"):
-                rate = f"{summary['updates_per_s']:.0f} updates/s; normalized score "
-                rate += "n/a" if summary["normalized_score"] is None else (
-                    f"{summary['normalized_score']:.1f}"
-                )
-            print(
-                f"final eval return: {summary['final_eval_return_mean']:.2f} "
-                f"+/- {summary['final_eval_return_std']:.2f} ({rate})"
-            )
+        _print_summary(summary)
+    elif cmd == "finetune":
+        import argparse
+
+        from jaxrl.offline.finetune import finetune_run
+
+        p = argparse.ArgumentParser(
+            prog="jaxrl finetune", description="Continue an offline run directory online."
+        )
+        p.add_argument("run_dir")
+        p.add_argument("--online-steps", type=int, required=True, help="env steps online")
+        p.add_argument(
+            "--offline-ratio", type=float, default=None, help="dataset share of each minibatch"
+        )
+        a = p.parse_args(rest)
+        summary = _guard(lambda: finetune_run(a.run_dir, a.online_steps, a.offline_ratio))
+        _print_summary(summary)
     elif cmd == "eval":
         import argparse
 
@@ -280,6 +292,23 @@ def main(argv: list[str] | None = None) -> None:
         print(plot_learning_curves(curves, a.out))
     else:
         raise SystemExit(f"Unknown command {cmd!r}.\n{_usage()}")
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    """The one line ``jaxrl train`` / ``jaxrl finetune`` print when a run completes."""
+    if not summary["completed"]:
+        return
+    if summary.get("dataset") and not summary.get("online_steps"):
+        rate = f"{summary['updates_per_s']:.0f} updates/s"
+    else:
+        rate = f"{summary['env_steps_per_s']:.0f} env steps/s"
+    if summary.get("dataset"):
+        score = summary["normalized_score"]
+        rate += "; normalized score " + ("n/a" if score is None else f"{score:.1f}")
+    print(
+        f"final eval return: {summary['final_eval_return_mean']:.2f} "
+        f"+/- {summary['final_eval_return_std']:.2f} ({rate})"
+    )
 
 
 def dataset_command(argv: list[str]) -> None:

@@ -107,7 +107,10 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
         obs, act = env.obs_example, env.action_example
         env.close()
         agent = agent_cls.create(agent_cfg, obs, act, seed)
-        if config.get("dataset"):
+        # Offline runs checkpoint an OfflineState; the online phase of a run with a dataset
+        # (fine-tuning, RLPD) a LoopState. Checkpoints say which ("phase") since fine-tuning.
+        phase = ckpt.meta(step).get("phase")
+        if phase == "offline" or (phase is None and config.get("dataset")):
             template = OfflineState(agent, jax.random.key(0))
         else:
             template = init_loop_state(agent, _Dims(obs, act), seed)

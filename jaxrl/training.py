@@ -22,10 +22,18 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl.buffers import BufferState, buffer_add, buffer_sample, make_replay_buffer
+from jaxrl.buffers import (
+    BufferState,
+    buffer_add,
+    buffer_sample,
+    make_replay_buffer,
+    sample_minibatches,
+    set_rows,
+)
 from jaxrl.checkpoint import Checkpointer
 from jaxrl.config import check_positive, check_range, config_to_dict
 from jaxrl.envs.gym import HostEnv
+from jaxrl.episodes import EpisodeTracker, episode_fields, pad_rows
 from jaxrl.logging import RunLogger, write_json
 from jaxrl.types import Rollout, Transition
 
@@ -39,6 +47,14 @@ class TrainConfig:
     and no --env, the dataset's env."""
     dataset: str | None = None
     """Offline data: a D4RL-format .hdf5 file, a Minari dataset directory, or minari:ID."""
+    offline_steps: int | None = None
+    """With --dataset: offline gradient steps before going online (default: --total-steps)."""
+    online_steps: int | None = None
+    """With --dataset: env steps online after the offline phase (offline agents: fine-tuning;
+    online agents such as rlpd: the whole run, default --total-steps)."""
+    offline_ratio: float = 0.5
+    """Online with --dataset: fraction of every minibatch drawn from the dataset (RLPD's
+    symmetric sampling: 0.5; 0 drops the offline data at the switch)."""
     total_steps: int = 100_000
     """Environment steps to train for (summed over parallel envs); offline: gradient steps."""
     seed: int = 0
@@ -77,8 +93,12 @@ class TrainConfig:
             "eval_episodes",
             "log_every",
             "checkpoint_every",
+            "online_steps",
         )
         check_range(self, "seed", 0, 2**31 - 1)
+        if self.offline_steps is not None:
+            check_range(self, "offline_steps", 0, float("inf"))
+        check_range(self, "offline_ratio", 0.0, 1.0)
 
 
 class LoopState(struct.PyTreeNode):
@@ -92,19 +112,36 @@ class LoopState(struct.PyTreeNode):
 def init_loop_state(agent: Any, env: HostEnv, seed: int) -> LoopState:
     """Loop state for ``agent`` on ``env``: an empty buffer of the agent's size and an RNG.
 
-    It is also the template a checkpoint is restored into.
+    It is also the template a checkpoint is restored into. The buffer has the optional
+    ``next_action`` / ``mc_return`` fields when the agent's config needs them (``episode_fields``).
     """
+    with_next, with_mc = episode_fields(agent.config)
     example = Transition(
-        env.obs_example, env.action_example, np.float32(0), env.obs_example, np.float32(0)
+        env.obs_example,
+        env.action_example,
+        np.float32(0),
+        env.obs_example,
+        np.float32(0),
+        next_action=np.zeros_like(env.action_example) if with_next else None,
+        mc_return=np.float32(0) if with_mc else None,
     )
     buffer = make_replay_buffer(agent.config.buffer_size)
     return LoopState(agent, buffer.init(example), jax.random.key(seed + 1))
 
 
 def _update_step(
-    agent: Any, rng: jax.Array, buffer: BufferState, *, num_updates: int, batch_size: int
+    agent: Any,
+    rng: jax.Array,
+    buffer: BufferState,
+    prior: BufferState | None,
+    *,
+    num_updates: int,
+    batch_size: int,
+    prior_ratio: float = 0.0,
 ) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
     """Run ``num_updates`` gradient steps under ``lax.scan`` on minibatches from ``buffer``.
+
+    With ``prior`` (offline data) each minibatch mixes ``prior_ratio`` of its rows from it.
 
     The buffer is a read-only argument here and is written only by the separate ``buffer_add``
     call: when one XLA program both writes the donated buffer in place and gathers minibatches
@@ -112,8 +149,7 @@ def _update_step(
     1M rows on CPU).
     """
     rng, key = jax.random.split(rng)
-    batches = buffer_sample(buffer, key, num_updates * batch_size)
-    batches = jax.tree.map(lambda x: x.reshape(num_updates, batch_size, *x.shape[1:]), batches)
+    batches = sample_minibatches(buffer, key, num_updates, batch_size, prior, prior_ratio)
     agent, infos = jax.lax.scan(lambda a, b: a.update(b), agent, batches)
     return agent, rng, jax.tree.map(lambda x: x[-1], infos)
 
@@ -127,18 +163,27 @@ def _update_and_act(
     agent: Any,
     rng: jax.Array,
     buffer: BufferState,
+    prior: BufferState | None,
     obs: jax.Array,
     act_key: jax.Array,
     step: jax.Array,
-    *,
-    num_updates: int,
-    batch_size: int,
+    **sizes: Any,
 ) -> tuple[Any, jax.Array, dict[str, jax.Array], jax.Array]:
     """``_update_step`` then the next exploration action, in one call (one dispatch per step)."""
-    agent, rng, info = _update_step(
-        agent, rng, buffer, num_updates=num_updates, batch_size=batch_size
-    )
+    agent, rng, info = _update_step(agent, rng, buffer, prior, **sizes)
     return agent, rng, info, _act(agent, obs, act_key, step)
+
+
+def _add(buffer: BufferState, items: Transition, previous_rows: jax.Array | None) -> BufferState:
+    """``buffer_add``, and with ``previous_rows`` set those rows' ``next_action``.
+
+    ``previous_rows`` are each env's previous step in the same episode (``EpisodeTracker``);
+    the new actions are their next actions.
+    """
+    buffer = buffer_add(buffer, items)
+    if previous_rows is not None:
+        buffer = set_rows(buffer, "next_action", previous_rows, items.action)
+    return buffer
 
 
 def evaluate(agent: Any, env: HostEnv, seed: int, act_fn: Any = None) -> np.ndarray:
@@ -208,6 +253,16 @@ def run_config(agent_name: str, agent_config: Any, cfg: TrainConfig) -> dict[str
     }
 
 
+def default_out(agent_name: str, cfg: TrainConfig) -> str:
+    """``runs/<agent>-<dataset or env>-s<seed>``, the default ``--out``."""
+    seeds = f"s{cfg.seed}" if cfg.num_seeds == 1 else f"s{cfg.seed}-{cfg.seed + cfg.num_seeds - 1}"
+    where = cfg.env.split("?")[0]
+    if cfg.dataset:
+        where = os.path.splitext(os.path.basename(os.path.normpath(cfg.dataset)))[0]
+    name = f"{agent_name}-{where}-{seeds}"
+    return os.path.join("runs", name.replace(":", "_"))
+
+
 def prepare_run_dir(out: str, config: dict[str, Any]) -> None:
     """Create ``out`` and write ``config.json``; refuse to resume a run with another config."""
     os.makedirs(out, exist_ok=True)
@@ -216,7 +271,9 @@ def prepare_run_dir(out: str, config: dict[str, Any]) -> None:
     if os.path.exists(path):
         with open(path) as f:
             old = json.load(f)
-        ignore = {"total_steps", "progress", "out", "wandb_project", "tensorboard"}
+        # Budgets may grow (resume a finished run for longer; fine-tune an offline run online).
+        ignore = {"total_steps", "online_steps", "offline_ratio", "progress", "out"}
+        ignore |= {"wandb_project", "tensorboard"}
         for section in ("agent", "env", "seed", "agent_config", "train"):
             a, b = old.get(section), config.get(section)
             if isinstance(a, dict) and isinstance(b, dict):
@@ -239,24 +296,43 @@ def train_host(
     cfg: TrainConfig,
     out: str,
     agent_name: str = "agent",
+    *,
+    prior: BufferState | None = None,
+    prior_ratio: float = 0.5,
+    step_offset: int = 0,
+    score_fn: Any = None,
 ) -> dict[str, Any]:
     """Train ``agent`` online on host envs, resuming from ``out/checkpoints`` if present.
 
+    The same loop runs RLPD (``prior`` = a dataset mixed into every minibatch) and the online
+    phase of offline-to-online training (``agent`` = the pretrained agent, optimizer states
+    included, and ``step_offset`` = its offline gradient steps).
+
     Args:
-        agent: a freshly created agent (its config gives batch_size, utd_ratio, buffer_size and
-            learning_starts).
+        agent: the agent to train (its config gives batch_size, utd_ratio, buffer_size and
+            learning_starts); fresh, or pretrained offline.
         env: training envs (``cfg.num_envs`` copies).
         eval_env: evaluation envs (``cfg.eval_episodes`` copies).
-        cfg: loop options.
+        cfg: loop options; ``total_steps`` counts the env steps of this loop.
         out: run directory (config.json must already be there, see ``prepare_run_dir``).
         agent_name: name recorded in summary.json.
+        prior: offline data (a full buffer state with the online buffer's fields), or None.
+        prior_ratio: fraction of each minibatch drawn from ``prior``.
+        step_offset: offline gradient steps that came before: metrics rows and checkpoints are
+            numbered ``step_offset + env step`` and rows get an ``env_step`` column.
+        score_fn: ``return -> normalized score or None`` (e.g. ``Dataset.normalized_score``).
 
     Returns:
         The summary written to ``out/summary.json``.
     """
     acfg = agent.config
     n = env.num_envs
+    score_fn = score_fn or (lambda _: None)
     state = init_loop_state(agent, env, cfg.seed)
+    with_next, with_mc = episode_fields(acfg)
+    tracker = None
+    if with_next or with_mc:
+        tracker = EpisodeTracker(n, acfg.buffer_size, float(getattr(acfg, "discount", 1.0)))
     act_key = jax.random.key(cfg.seed + 2)
     np_rng = np.random.default_rng(cfg.seed)
     obs = env.reset(seed=cfg.seed)
@@ -265,8 +341,10 @@ def train_host(
     recent: deque[float] = deque(maxlen=20)
     logger = RunLogger(out, cfg.tensorboard, cfg.wandb_project, os.path.basename(out))
     ckpt = Checkpointer(os.path.join(out, "checkpoints"))
-
-    if ckpt.latest_step() is not None:
+    latest = ckpt.latest_step()
+    # An offline-to-online run's directory starts with the offline phase's checkpoints.
+    phase = None if latest is None else ckpt.meta(latest).get("phase")
+    if latest is not None and (phase or ("offline" if step_offset else "online")) == "online":
         state, meta = ckpt.restore(state)
         step = int(meta["step"])
         np_rng.bit_generator.state = meta["np_rng"]
@@ -276,16 +354,21 @@ def train_host(
             pending = np.asarray(meta["pending_action"], np.float32)
         if meta.get("env_state") is not None and env.savable:
             obs = env.set_state(meta["env_state"])
+            if tracker is not None:
+                tracker.load(meta["episodes"])
         else:
             ep_return[:], ep_length[:], pending = 0.0, 0, None  # the saved action was for old obs
+            if tracker is not None:
+                tracker.load(meta["episodes"])
+                tracker.forget_running()
             print(
                 f"Resumed at step {step}: {env.env_id} cannot save its simulator state, so the "
                 "interrupted episodes restart from a reset (the run is not bit-identical)."
             )
-        logger.truncate(step)
-        print(f"Resuming {out} from step {step}.")
+        logger.truncate(step_offset + step)
+        print(f"Resuming {out} from step {step_offset + step}.")
     else:
-        logger.truncate(0)
+        logger.truncate(step_offset)
 
     def save() -> None:
         meta = {
@@ -296,15 +379,19 @@ def train_host(
             "recent_returns": list(recent),
             "env_state": env.get_state(),
             "pending_action": None if pending is None else np.asarray(pending).tolist(),
+            "phase": "online",
+            "step_offset": step_offset,
+            "episodes": None if tracker is None else tracker.state(),
         }
-        ckpt.save(step, state, meta)
+        ckpt.save(step_offset + step, state, meta)
 
     num_updates = acfg.utd_ratio * n
-    update_fn = jax.jit(
-        partial(_update_and_act, num_updates=num_updates, batch_size=acfg.batch_size),
-        donate_argnums=(0, 1),
-    )
-    add_fn = jax.jit(buffer_add, donate_argnums=0)
+    sizes = {"num_updates": num_updates, "batch_size": acfg.batch_size, "prior_ratio": prior_ratio}
+    update_fn = jax.jit(partial(_update_and_act, **sizes), donate_argnums=(0, 1))
+    add_fn = jax.jit(_add, donate_argnums=0)
+    mc_fn = jax.jit(partial(set_rows, field="mc_return"), donate_argnums=0)
+    no_next_action = np.zeros((n, env.action_dim), np.float32) if with_next else None
+    unknown_return = np.full(n, -np.inf, np.float32) if with_mc else None
     act_fn = jax.jit(_act)
     eval_fn = jax.jit(lambda a, o: a.eval_actions(o))
     ckpt_every = cfg.checkpoint_every or cfg.eval_every
@@ -332,13 +419,30 @@ def train_host(
                     pending = act_fn(state.agent, obs, act_key, step)
                 action = np.asarray(pending)
             next_obs, new_obs, reward, terminated, truncated = env.step(action)
-            transition = Transition(obs, action, reward, next_obs, terminated.astype(np.float32))
-            state = state.replace(buffer=add_fn(state.buffer, transition))
+            transition = Transition(
+                obs,
+                action,
+                reward,
+                next_obs,
+                terminated.astype(np.float32),
+                next_action=no_next_action,
+                mc_return=unknown_return,
+            )
+            previous = None
+            if tracker is not None:
+                previous = tracker.previous_rows() if with_next else None
+                tracker.next_rows()
+            state = state.replace(buffer=add_fn(state.buffer, transition, previous))
+            if tracker is not None:
+                for rows, returns in tracker.record(reward, terminated | truncated):
+                    if with_mc:
+                        rows, returns = pad_rows(rows, returns, acfg.buffer_size)
+                        state = state.replace(buffer=mc_fn(state.buffer, rows=rows, values=returns))
             obs, learn = new_obs, step >= acfg.learning_starts
             step += n
             if learn:
                 agent_, rng_, info, pending = update_fn(
-                    state.agent, state.rng, state.buffer, obs, act_key, step
+                    state.agent, state.rng, state.buffer, prior, obs, act_key, step
                 )
                 state = state.replace(agent=agent_, rng=rng_)
                 updates += num_updates
@@ -362,7 +466,12 @@ def train_host(
                     returns = evaluate(state.agent, eval_env, cfg.seed + 10_000, eval_fn)
                     last_eval = (float(returns.mean()), float(returns.std()))
                     row["eval_return"], row["eval_return_std"] = last_eval
-                logger.log(step, row)
+                    score = score_fn(last_eval[0])
+                    if score is not None:
+                        row["eval_normalized_score"] = score
+                if step_offset:
+                    row["env_step"] = step
+                logger.log(step_offset + step, row)
                 last_log = (step, time.perf_counter())
                 if bar is not None:
                     bar.set_postfix(
@@ -377,6 +486,9 @@ def train_host(
     wall = time.perf_counter() - start_time
     _close_run(bar, {f"{agent_name} on {cfg.env}": logger}, step, cfg.total_steps)
     summary = _summary(agent_name, cfg, cfg.seed, step, last_eval, wall, start_step, updates)
+    if prior is not None or step_offset:
+        summary |= {"dataset": cfg.dataset, "offline_steps": step_offset, "online_steps": step}
+        summary["normalized_score"] = score_fn(last_eval[0]) if summary["completed"] else None
     write_json(os.path.join(out, "summary.json"), summary)
     return summary
 
@@ -501,7 +613,8 @@ def _off_policy_iteration(
     buffer = buffer_add(state.buffer, transition)
 
     def learn(agent: Any, rng: jax.Array) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
-        return _update_step(agent, rng, buffer, num_updates=num_updates, batch_size=acfg.batch_size)
+        sizes = {"num_updates": num_updates, "batch_size": acfg.batch_size}
+        return _update_step(agent, rng, buffer, None, **sizes)
 
     def skip(agent: Any, rng: jax.Array) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
         shapes = jax.eval_shape(learn, agent, rng)[2]
@@ -839,6 +952,7 @@ def train_offline(
     start_step, start_time = step, time.perf_counter()
     last_log = (step, start_time)
     bar = _progress_bar(cfg, step)
+    meta = {"step": step, "last_eval": list(last_eval), "phase": "offline"}
     with _StopFlag() as stop:
         while step < cfg.total_steps and not stop.raised:
             # A chunk ends at the next log, eval or checkpoint point, whichever comes first.
@@ -863,10 +977,11 @@ def train_offline(
             last_log = (step, time.perf_counter())
             if bar is not None:
                 bar.set_postfix(ups=f"{row['time/updates_per_s']:.0f}", eval=f"{last_eval[0]:.1f}")
+            meta = {"step": step, "last_eval": list(last_eval), "phase": "offline"}
             if step // ckpt_every > prev // ckpt_every or step >= cfg.total_steps:
-                ckpt.save(step, state, {"step": step, "last_eval": list(last_eval)})
+                ckpt.save(step, state, meta)
         if stop.raised:
-            ckpt.save(step, state, {"step": step, "last_eval": list(last_eval)})
+            ckpt.save(step, state, meta)
     wall = time.perf_counter() - start_time
     _close_run(bar, {f"{agent_name} on {cfg.dataset or cfg.env}": logger}, step, cfg.total_steps)
     updates = step - start_step
@@ -887,6 +1002,7 @@ __all__ = [
     "evaluate_jax",
     "init_fused_state",
     "init_loop_state",
+    "default_out",
     "prepare_run_dir",
     "run_config",
     "train_fused",

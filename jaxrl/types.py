@@ -25,6 +25,9 @@ class Transition(NamedTuple):
         next_action: optional dataset action taken at ``next_obs`` in the same episode (zeros
             where the episode ended), for ReBRAC's critic penalty; ``None`` (an empty pytree)
             everywhere else, so buffers and loops that never set it are unaffected.
+        mc_return: optional discounted Monte-Carlo return-to-go from ``obs`` to the end of the
+            recorded episode, for Cal-QL's calibration (``-inf`` while an online episode is
+            still running); ``None`` everywhere else.
     """
 
     obs: jax.Array
@@ -33,6 +36,7 @@ class Transition(NamedTuple):
     next_obs: jax.Array
     terminal: jax.Array
     next_action: jax.Array | None = None
+    mc_return: jax.Array | None = None
 
 
 Batch = Transition

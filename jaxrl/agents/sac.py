@@ -217,3 +217,21 @@ class SACConfig:
                 f"num_min_qs ({self.num_min_qs}) cannot exceed num_qs ({self.num_qs}); lower "
                 "--num-min-qs or raise --num-qs."
             )
+
+
+@partial(dataclasses.dataclass, frozen=True)
+class RLPDConfig(SACConfig):
+    """RLPD (Ball et al., 2023, arXiv:2302.02948): SAC trained online with prior data.
+
+    Only defaults change (the paper's locomotion settings): LayerNorm critics, an ensemble of 10
+    with the target's minimum over a random pair, the actor on the ensemble mean, and 20 updates
+    per env step. The symmetric sampling (half of every minibatch from ``--dataset``) is the
+    loop's ``--offline-ratio``, 0.5 by default.
+    """
+
+    # Redeclared fields keep SACConfig's docstrings (tyro reads them from the parent class).
+    num_qs: int = 10
+    num_min_qs: int | None = 2
+    policy_q: Literal["min", "mean"] = "mean"
+    critic_layer_norm: bool = True
+    utd_ratio: int = 20

@@ -2,13 +2,14 @@
 
 ``OFFLINE_AGENTS`` maps command-line names to (agent class, config class). TD3+BC and ReBRAC are
 one agent (``TD3BC``) with two configs: ReBRAC is TD3+BC with LayerNorm and a critic penalty.
-IDQL, Diffusion-QL and FQL use the diffusion and flow models of ``jaxrl.generative``.
+IDQL, Diffusion-QL and FQL use the diffusion and flow models of ``jaxrl.generative``. Cal-QL is
+CQL with a calibrated penalty (``CalQLConfig``). ``finetune`` continues any of them online.
 """
 
 from jaxrl.offline.bc import BC, BCConfig
 from jaxrl.offline.collect import KINDS, collect
 from jaxrl.offline.common import DataNorm
-from jaxrl.offline.cql import CQL, CQLConfig
+from jaxrl.offline.cql import CQL, CalQLConfig, CQLConfig
 from jaxrl.offline.datasets import (
     D4RL_REF_RETURNS,
     Dataset,
@@ -30,6 +31,7 @@ OFFLINE_AGENTS = {
     "bc": (BC, BCConfig),
     "td3-bc": (TD3BC, TD3BCConfig),
     "cql": (CQL, CQLConfig),
+    "cal-ql": (CQL, CalQLConfig),
     "iql": (IQL, IQLConfig),
     "rebrac": (ReBRAC, ReBRACConfig),
     "idql": (IDQL, IDQLConfig),
@@ -42,6 +44,7 @@ __all__ = [
     "BCConfig",
     "CQL",
     "CQLConfig",
+    "CalQLConfig",
     "D4RL_REF_RETURNS",
     "DataNorm",
     "DiffusionQL",

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxrl.buffers import BufferState
+from jaxrl.episodes import episode_fields
 from jaxrl.types import Transition
 
 REWARD_NORMALIZATIONS = ("none", "return_range")
@@ -52,11 +53,17 @@ class DataNorm(struct.PyTreeNode):
         return (obs - self.obs_mean) / self.obs_std
 
     def batch(self, batch: Transition) -> Transition:
-        """A batch with normalized ``obs``, ``next_obs`` and ``reward``."""
+        """A batch with normalized ``obs``, ``next_obs``, ``reward`` (and ``mc_return``).
+
+        A Monte-Carlo return is scaled like the rewards it sums; ``data_norm`` never shifts
+        rewards, so that is exact (a shift would add ``shift * sum of discounts``).
+        """
+        mc = batch.mc_return
         return batch._replace(
             obs=self.obs(batch.obs),
             next_obs=self.obs(batch.next_obs),
             reward=batch.reward * self.reward_scale + self.reward_shift,
+            mc_return=None if mc is None else mc * self.reward_scale,
         )
 
 
@@ -84,13 +91,15 @@ def prepare_offline(
 ) -> tuple[Any, BufferState]:
     """Set the agent's dataset statistics and put the dataset in a device buffer.
 
-    The buffer carries ``next_action`` when the agent's config has ``needs_next_action`` (ReBRAC).
-    Agents without a ``norm`` field (online agents trained on data) are returned unchanged.
+    The buffer carries ``next_action`` when the agent's config has ``needs_next_action`` (ReBRAC)
+    and ``mc_return`` when it has ``needs_mc_return`` (Cal-QL). Agents without a ``norm`` field
+    (online agents trained on data) are returned unchanged.
     """
     if hasattr(agent, "norm"):
         agent = agent.replace(norm=data_norm(dataset, agent.config))
-    with_next = bool(getattr(agent.config, "needs_next_action", False))
-    return agent, dataset.buffer(action_low, action_high, with_next_action=with_next)
+    with_next, with_mc = episode_fields(agent.config)
+    discount = float(agent.config.discount) if with_mc else None
+    return agent, dataset.buffer(action_low, action_high, with_next, discount)
 
 
 def check_generative_config(config: Any) -> None:
@@ -111,8 +120,9 @@ def check_generative_config(config: Any) -> None:
             f"{name}.time_dim must be even (sines and cosines), got {config.time_dim}; "
             "set --time-dim to e.g. 16."
         )
-    if getattr(config, "actor_architecture", "mlp") == "ln_resnet":
+    if hasattr(config, "actor_architecture"):
         check_choice(config, "actor_architecture", ("ln_resnet", "mlp"))
+    if getattr(config, "actor_architecture", "mlp") == "ln_resnet":
         if len(set(config.actor_hidden_dims)) != 1:
             raise ConfigError(
                 f"{name}.actor_hidden_dims={config.actor_hidden_dims} with actor_architecture="

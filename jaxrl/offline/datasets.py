@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from jaxrl.buffers import BufferState, buffer_from_arrays
+from jaxrl.episodes import monte_carlo_returns
 from jaxrl.types import Transition
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
@@ -258,9 +259,17 @@ class Dataset:
         return nxt
 
     def transitions(
-        self, action_low: Any = -1.0, action_high: Any = 1.0, with_next_action: bool = False
+        self,
+        action_low: Any = -1.0,
+        action_high: Any = 1.0,
+        with_next_action: bool = False,
+        mc_return_discount: float | None = None,
     ) -> Transition:
-        """Rows as a ``Transition`` of numpy arrays with actions mapped to ``[-1, 1]``."""
+        """Rows as a ``Transition`` of numpy arrays with actions mapped to ``[-1, 1]``.
+
+        ``with_next_action`` adds ``next_action`` (ReBRAC); ``mc_return_discount`` adds the
+        discounted Monte-Carlo return-to-go of every row (Cal-QL, ``episodes.monte_carlo_returns``).
+        """
         low = np.broadcast_to(np.asarray(action_low, np.float32), (self.action_dim,))
         high = np.broadcast_to(np.asarray(action_high, np.float32), (self.action_dim,))
 
@@ -274,13 +283,24 @@ class Dataset:
             next_obs=self.next_observations,
             terminal=self.terminals.astype(np.float32),
             next_action=scale(self.next_actions()) if with_next_action else None,
+            mc_return=None
+            if mc_return_discount is None
+            else monte_carlo_returns(
+                self.rewards, self.terminals, self.timeouts, mc_return_discount
+            ),
         )
 
     def buffer(
-        self, action_low: Any = -1.0, action_high: Any = 1.0, with_next_action: bool = False
+        self,
+        action_low: Any = -1.0,
+        action_high: Any = 1.0,
+        with_next_action: bool = False,
+        mc_return_discount: float | None = None,
     ) -> BufferState:
         """A full replay-buffer state on the device (sample it with ``buffer_sample``)."""
-        return buffer_from_arrays(self.transitions(action_low, action_high, with_next_action))
+        return buffer_from_arrays(
+            self.transitions(action_low, action_high, with_next_action, mc_return_discount)
+        )
 
     @classmethod
     def concatenate(cls, parts: list[Dataset], **overrides: Any) -> Dataset:

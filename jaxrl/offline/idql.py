@@ -19,7 +19,7 @@ from flax.training.train_state import TrainState
 
 from jaxrl import generative as gen
 from jaxrl import rl
-from jaxrl.config import ConfigError, check_choice, check_positive, check_range
+from jaxrl.config import ConfigError, check_positive, check_range
 from jaxrl.networks import EnsembleQ, ValueNetwork, gradient_step, make_train_state
 from jaxrl.offline import iql
 from jaxrl.offline.common import DataNorm, check_generative_config
@@ -210,4 +210,3 @@ class IDQLConfig:
                 "to e.g. 0.7 (0.5 = mean; values near 1 approach the maximum)."
             )
         check_range(self, "actor_dropout", 0.0, 1.0)
-        check_choice(self, "actor_architecture", ("ln_resnet", "mlp"))

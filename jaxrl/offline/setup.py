@@ -50,7 +50,8 @@ def setup_offline(
 
     The env is ``train_config.env`` or, when that is empty, the dataset's own env id. The
     dataset must match the env's observation and action sizes and action bounds. An unset
-    ``max_steps`` (a learning-rate schedule's horizon) becomes the run's ``total_steps``; when
+    ``max_steps`` (a learning-rate schedule's horizon) becomes the run's gradient steps (offline
+    steps, plus online steps x ``utd_ratio`` for an offline-to-online run); when
     ``out`` already holds the run, its recorded horizon is kept, so extending the budget of a
     finished run resumes it instead of changing its schedule.
 
@@ -71,7 +72,11 @@ def setup_offline(
     train_config = dataclasses.replace(train_config, env=env_id)
     names = {f.name for f in dataclasses.fields(agent_config)}
     if "max_steps" in names and agent_config.max_steps is None:
-        horizon = _recorded(out, "max_steps") or train_config.total_steps
+        # Offline steps plus, for an offline-to-online run, the online phase's updates.
+        offline = train_config.offline_steps
+        online = (train_config.online_steps or 0) * getattr(agent_config, "utd_ratio", 1)
+        total = (train_config.total_steps if offline is None else offline) + online
+        horizon = _recorded(out, "max_steps") or total
         agent_config = dataclasses.replace(agent_config, max_steps=horizon)
     episodes = train_config.eval_episodes
     if is_jax_env(env_id):
