@@ -50,11 +50,9 @@ class TrainConfig:
     offline_steps: int | None = None
     """With --dataset: offline gradient steps before going online (default: --total-steps)."""
     online_steps: int | None = None
-    """With --dataset: env steps online after the offline phase (offline agents: fine-tuning;
-    online agents such as rlpd: the whole run, default --total-steps)."""
+    """With --dataset: env steps online after the offline phase (rlpd: the run's env steps)."""
     offline_ratio: float = 0.5
-    """Online with --dataset: fraction of every minibatch drawn from the dataset (RLPD's
-    symmetric sampling: 0.5; 0 drops the offline data at the switch)."""
+    """Online with --dataset: share of each minibatch from the dataset (0 = drop it online)."""
     total_steps: int = 100_000
     """Environment steps to train for (summed over parallel envs); offline: gradient steps."""
     seed: int = 0

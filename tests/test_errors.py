@@ -182,16 +182,20 @@ def _field_docs(config_cls) -> dict[str, str]:
     import inspect
     import textwrap
 
-    tree = ast.parse(textwrap.dedent(inspect.getsource(config_cls)))
-    body, docs = tree.body[0].body, {}
-    for node, nxt in zip(body, body[1:], strict=False):
-        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr):
-            docs[node.target.id] = nxt.value.value
+    docs = {}
+    for cls in reversed(config_cls.__mro__[:-1]):  # a subclass's docstrings win; inherited kept
+        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+        for node, nxt in zip(body, body[1:], strict=False):
+            if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr):
+                docs[node.target.id] = nxt.value.value
     return docs
 
 
 @pytest.mark.parametrize("agent", sorted(AGENTS))
-def test_cli_help_lists_every_config_field(agent, capsys, wide_terminal):
+def test_cli_help_lists_every_config_field(agent, capsys, monkeypatch):
+    # One column of options (tyro puts two side by side from about 130 columns on, and wrapped
+    # docstrings of the two would interleave line by line); _flat undoes the wrapping.
+    monkeypatch.setenv("COLUMNS", "120")
     code = _run_cli(["train", agent, "--help"])
     help_text = capsys.readouterr().out
     assert code in (0, None)

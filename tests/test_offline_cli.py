@@ -82,8 +82,14 @@ def test_offline_command_line_errors(tmp_path, capsys):
     )
     path = save_d4rl(ds, tmp_path / "p.hdf5")
     with pytest.raises(SystemExit):
-        main(["train", "sac", "--dataset", path, "--total-steps", "10"])
-    assert "online agent; --dataset is for the offline agents" in capsys.readouterr().err
+        main(["train", "ppo", "--dataset", path, "--total-steps", "10"])
+    assert "ppo is on-policy and cannot reuse a dataset" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "rlpd", "--dataset", path, "--offline-steps", "5", "--online-steps", "9"])
+    assert "rlpd is an online agent: it has no offline phase" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "sac", "--env", "Pendulum-v1", "--online-steps", "10"])
+    assert "without a dataset use --total-steps" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["train", "bc", "--dataset", path, "--env", "HalfCheetah-v5", "--total-steps", "10"])
     err = capsys.readouterr().err
