@@ -52,7 +52,10 @@ from jaxrl.offline import OFFLINE_AGENTS
 from jaxrl.types import Transition
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-AGENTS = ("iql", "idql", "diffusion-ql", "fql")
+AGENTS = ("iql", "idql", "diffusion-ql", "fql", "fql-actor-2x256")
+# Variants beside the paper defaults: FQL with the Gaussian actor's network size (2 x 256), to
+# separate the cost of the one-step policy from the cost of the paper's larger network.
+VARIANTS = {"fql-actor-2x256": ("fql", {"actor_hidden_dims": (256, 256)})}
 BASELINE = "iql"
 OBS, ACT, ROWS = 17, 6, 100_000
 MAX_STEPS = 1_000_000
@@ -249,8 +252,9 @@ def settings(cfg: Any) -> str:
 
 def measure(name: str, args: argparse.Namespace) -> dict:
     """Training speed and action latencies of one agent at its paper defaults."""
-    agent_cls, config_cls = OFFLINE_AGENTS[name]
-    cfg = paper_config(config_cls)
+    base, overrides = VARIANTS.get(name, (name, {}))
+    agent_cls, config_cls = OFFLINE_AGENTS[base]
+    cfg = dataclasses.replace(paper_config(config_cls), **overrides)
     data = synthetic_data(bool(getattr(cfg, "needs_next_action", False)))
     agent = agent_cls.create(cfg, data.obs[0], data.action[0], 0)
     train, agent = train_rate(agent, cfg, data, args.repeats, args.call_seconds)
