@@ -283,3 +283,7 @@ def test_iql_finetuning_does_not_collapse_at_the_switch(tmp_path, capsys):
     assert [int(float(r["step"])) for r in rows] == [1000, 2000, 3000, 4000]
     assert float(rows[-1]["env_step"]) == 1000
     assert online >= offline - 0.2 * abs(offline)
+    capsys.readouterr()
+    main(["eval", out, "--episodes", "2"])  # restores the online phase's checkpoint
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["step"] == 1000 and result["normalized_score"] is not None
