@@ -18,7 +18,7 @@ demo: $(STAMP)
 
 ## Run the test suite (learning tests included; ~17-19 min on 2 cores).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=15 tests
+	$(BIN)/python -m pytest -q -n 2 --durations=15 tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
