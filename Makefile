@@ -16,7 +16,7 @@ demo: $(STAMP)
 	$(BIN)/jaxrl train sac --env Pendulum-v1 --total-steps 12000 --out runs/demo \
 	  --eval-every 2000 --eval-episodes 10 --learning-starts 1000 --seed 0
 
-## Run the test suite (learning tests included; ~17-19 min on 2 cores).
+## Run the test suite (learning tests included; ~20 min on 2 cores, two xdist workers).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --durations=15 tests
 
