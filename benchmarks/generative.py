@@ -387,9 +387,10 @@ def main() -> None:
         if getattr(args, k) is None:
             setattr(args, k, v)
     names = [n.strip() for n in args.agents.split(",") if n.strip()]
-    unknown = [n for n in names if n not in OFFLINE_AGENTS]
+    unknown = [n for n in names if n not in OFFLINE_AGENTS and n not in VARIANTS]
     if unknown:
-        raise SystemExit(f"unknown agent(s) {unknown}; choose from {', '.join(OFFLINE_AGENTS)}")
+        known = ", ".join([*OFFLINE_AGENTS, *VARIANTS])
+        raise SystemExit(f"unknown agent(s) {unknown}; choose from {known}")
 
     threads = len(os.sched_getaffinity(0))
     load_start = os.getloadavg()[0]
