@@ -132,7 +132,7 @@ def _head(ds: Dataset, n: int) -> Dataset:
     )
 
 
-def _eval_return(env_id: str, agent: Any | None, episodes: int, seed: int) -> float:
+def policy_return(env_id: str, agent: Any | None, episodes: int, seed: int) -> float:
     """Mean return of the deterministic policy, or of uniform random actions (``agent=None``)."""
     env = make_env(env_id, episodes)
     act_fn = None
@@ -216,7 +216,7 @@ def collect(
         if d4rl is not None:
             ref_min_return, sources["min"] = d4rl[0], "D4RL constant"
         else:
-            ref_min_return = _eval_return(env_id, None, ref_episodes, seed + 1000)
+            ref_min_return = policy_return(env_id, None, ref_episodes, seed + 1000)
             sources["min"] = f"uniform random policy, {ref_episodes} episodes"
     if ref_max_return is None:
         expert_dir = policy if kind in ("expert", "medium-expert") else expert_policy
@@ -224,7 +224,7 @@ def collect(
             ref_max_return, sources["max"] = d4rl[1], "D4RL constant"
         elif expert_dir is not None:
             expert = agent if expert_dir == policy else _policy(expert_dir, None).agent
-            ref_max_return = _eval_return(env_id, expert, ref_episodes, seed + 1000)
+            ref_max_return = policy_return(env_id, expert, ref_episodes, seed + 1000)
             sources["max"] = f"deterministic return of {expert_dir}, {ref_episodes} episodes"
         else:
             raise DatasetError(
