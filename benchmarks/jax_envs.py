@@ -1,7 +1,7 @@
 """Speed of the fused loop on JAX envs against brax.training, and seeds vmapped in one program.
 
     .venv/bin/python benchmarks/jax_envs.py            # everything (~30 min on 2 CPU cores)
-    .venv/bin/python benchmarks/jax_envs.py --only ppo # one part: ppo | sac | seeds
+    .venv/bin/python benchmarks/jax_envs.py --only ppo # one part: ppo | sac | seeds | capacity
 
 Each comparison trains the same algorithm on the same Brax env, backend, number of envs and
 per-iteration work with jaxrl (this venv) and brax.training (``.venv-brax``, created by
@@ -16,7 +16,9 @@ Work per iteration, identical on both sides:
   SAC: one step of 64 envs, then 1 gradient step on a batch of 256; (256, 256) MLPs.
 
 The seeds part trains SAC on jax:pendulum with 1 seed and with 8 seeds vmapped in one program
-and reports wall-clock(8) / wall-clock(1), both in steady state and end to end.
+and reports wall-clock(8) / wall-clock(1), both in steady state and end to end. The capacity
+part trains SAC on jax:pendulum at replay capacities 10k and 1M (1 env; 64 envs with 1 update per
+iteration): the loop writes the buffer in place, so the rate should not depend on the capacity.
 
 Writes benchmarks/results/jax_envs.{md,json}.
 """
@@ -148,6 +150,35 @@ def seeds(num_seeds: int = 8) -> dict:
     return result
 
 
+CAPACITY_CASES = {
+    "1 env, 1 update/step": (["--num-envs", "1", "--learning-starts", "500"], 8_000, 1_000),
+    "64 envs, 1 update/iteration": (
+        ["--num-envs", "64", "--updates-per-step", "1", "--learning-starts", "1024"],
+        320_000,
+        32_000,
+    ),
+}
+CAPACITIES = (10_000, 1_000_000)
+
+
+def capacity() -> dict:
+    """SAC (256, 256) on jax:pendulum at replay capacities 10k and 1M: the rate must not move.
+
+    A loop that copied the buffer every iteration would be O(capacity) per step (before issue
+    15, 1 env ran 6x slower at 1M than at 10k). Runs alternate capacities within each case.
+    """
+    result = {"env": "jax:pendulum", "agent": "sac (256, 256)", "cases": {}}
+    for name, (args, total, log_every) in CAPACITY_CASES.items():
+        case = {}
+        for cap in CAPACITIES:
+            argv = [*args, "--buffer-size", str(cap)]
+            case[str(cap)] = run_jaxrl("sac", "jax:pendulum", argv, total, log_every)
+        lo, hi = (case[str(c)]["env_steps_per_s"] for c in CAPACITIES)
+        case["ratio_1m_over_10k"] = hi / lo
+        result["cases"][name] = case
+    return result
+
+
 def write_tables(results: dict) -> None:
     """Markdown + JSON in benchmarks/results/."""
     os.makedirs(RESULTS, exist_ok=True)
@@ -180,6 +211,20 @@ def write_tables(results: dict) -> None:
             f"({s['seeds_1']['env_steps_per_s']:.0f} vs {s[f'seeds_{k}']['env_steps_per_s']:.0f} "
             f"env-steps/s per seed), {s['end_to_end_wall_ratio']:.2f} end to end incl. compile.",
         ]
+    if "capacity" in results:
+        c = results["capacity"]
+        lines += [
+            "",
+            f"Replay capacity ({c['agent']}, {c['env']}; env-steps/s in steady state):",
+            "",
+            "| setting | capacity 10k | capacity 1M | 1M / 10k |",
+            "|---|---|---|---|",
+        ]
+        for name, case in c["cases"].items():
+            small, large = (case[str(cap)]["env_steps_per_s"] for cap in CAPACITIES)
+            lines.append(
+                f"| {name} | {small:,.0f} | {large:,.0f} | {case['ratio_1m_over_10k']:.2f} |"
+            )
     with open(os.path.join(RESULTS, "jax_envs.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -188,12 +233,13 @@ def write_tables(results: dict) -> None:
 def main() -> None:
     """Run the selected parts, merging into existing results."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--only", choices=["ppo", "sac", "seeds"], action="append")
-    parts = p.parse_args().only or ["ppo", "sac", "seeds"]
+    p.add_argument("--only", choices=["ppo", "sac", "seeds", "capacity"], action="append")
+    parts = p.parse_args().only or ["ppo", "sac", "seeds", "capacity"]
     path = os.path.join(RESULTS, "jax_envs.json")
     results = json.load(open(path)) if os.path.exists(path) else {}
     for part in parts:
-        results[part] = seeds() if part == "seeds" else compare(part)
+        runs = {"seeds": seeds, "capacity": capacity}
+        results[part] = runs[part]() if part in runs else compare(part)
         write_tables(results)
 
 

@@ -127,17 +127,23 @@ def _on_policy_iteration(
 def _chunk(
     states: FusedState, step: jax.Array, *, iteration: Any, num_iters: int, steps_per_iter: int
 ) -> tuple[FusedState, dict[str, jax.Array]]:
-    """``num_iters`` loop iterations of every member (leading axis of ``states``) in one program."""
+    """``num_iters`` loop iterations of every member (leading axis of ``states``) in one program.
 
-    def body(carry: tuple[FusedState, jax.Array], _: Any) -> tuple[Any, Any]:
+    The replay buffer is written in place (``jit_chunk`` donates ``states``): the scan carries it
+    in one shape throughout, so no iteration copies it (tests/test_fused_copies.py checks the
+    compiled program).
+    """
+    single = jax.tree.leaves(states)[0].shape[0] == 1
+    # One member runs unbatched (vmap over a size-1 axis makes XLA emit batched matmuls and
+    # scatters that are measurably slower on CPU). The size-1 axis is dropped outside the scan:
+    # squeezing and re-adding it inside the loop body let XLA fuse the buffer's one-row write
+    # (a dynamic-update-slice) twice, once per shape, and copy the whole buffer for each.
+    run = iteration if single else jax.vmap(iteration, in_axes=(0, None))
+    carry = jax.tree.map(lambda x: x[0], states) if single else states
+
+    def body(carry: tuple[Any, jax.Array], _: Any) -> tuple[Any, Any]:
         states, step = carry
-        if jax.tree.leaves(states)[0].shape[0] == 1:
-            # One member: run unbatched (vmap over a size-1 axis makes XLA emit batched
-            # matmuls and scatters that are measurably slower on CPU).
-            state, out = iteration(jax.tree.map(lambda x: x[0], states), step)
-            new_states, out = jax.tree.map(lambda x: x[None], (state, out))
-        else:
-            new_states, out = jax.vmap(iteration, in_axes=(0, None))(states, step)
+        new_states, out = run(states, step)
         # Keep the carry's types exactly (simulators may return weakly typed leaves, e.g. Brax's
         # reward), so the next chunk call does not recompile.
         states = jax.tree.map(
@@ -145,7 +151,11 @@ def _chunk(
         )
         return (states, step + steps_per_iter), out
 
-    (states, _), (infos, ret, count) = jax.lax.scan(body, (states, step), None, length=num_iters)
+    (states, _), outs = jax.lax.scan(body, (carry, step), None, length=num_iters)
+    if single:  # the member axis back, after the scan's iteration axis
+        states = jax.tree.map(lambda x: x[None], states)
+        outs = jax.tree.map(lambda x: x[:, None], outs)
+    infos, ret, count = outs
     metrics = {k: v[-1] for k, v in infos.items()}
     metrics["train/episode_return_sum"] = ret.sum(0)
     metrics["train/episodes"] = count.sum(0)
@@ -162,6 +172,16 @@ def _iteration(spec: AgentSpec, agent_config: Any, env: Any, cfg: TrainConfig) -
         return iteration, rollout_length * n, 1
     num_updates = cfg.updates_per_step or agent_config.utd_ratio * n
     return partial(_off_policy_iteration, env=env, num_updates=num_updates), n, num_updates
+
+
+def jit_chunk(iteration: Any, num_iters: int, steps_per_iter: int) -> Any:
+    """``(states, step) -> (states, metrics)``: ``num_iters`` iterations as one jitted program.
+
+    ``states`` is donated: without that, XLA must keep the input buffers intact and the first
+    write to the replay buffer copies all of it.
+    """
+    chunk = partial(_chunk, iteration=iteration, num_iters=num_iters, steps_per_iter=steps_per_iter)
+    return jax.jit(chunk, donate_argnums=0)
 
 
 def _rows(metrics: dict[str, np.ndarray], learned: bool, rate: float) -> list[dict[str, float]]:
@@ -207,12 +227,7 @@ def train_fused(
     states, _ = h.resume(strongly_typed(states))
     if (done := h.completed()) is not None:
         return done
-    run_chunk = compile_cache(
-        lambda k: jax.jit(
-            partial(_chunk, iteration=iteration, num_iters=k, steps_per_iter=unit),
-            donate_argnums=0,
-        )
-    )
+    run_chunk = compile_cache(lambda k: jit_chunk(iteration, k, unit))
     eval_fn = jax.jit(
         jax.vmap(lambda a, k, s: evaluate_jax(a, eval_env, k, s), in_axes=(0, None, 0))
     )
