@@ -97,6 +97,8 @@ def _cell(result: dict | None) -> str:
     m = result["measured"]
     if "value" in m and "threshold" in m:
         text += f" {m['value']:.4g} ({m.get('op', '>=')} {m['threshold']:.4g})"
+        if "members" in m:  # the returns of the agents the value averages
+            text += f" [{m['members']}]"
     elif m:
         text += " " + ", ".join(
             f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in m.items()
