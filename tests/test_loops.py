@@ -54,7 +54,12 @@ def test_nonfinite_checks_the_small_float_arrays_of_an_agent():
     ok = {"w": jnp.ones((128, 128)), "b": jnp.zeros(128), "step": jnp.int32(3)}
     assert not bool(nonfinite(ok))
     assert bool(nonfinite({**ok, "b": ok["b"].at[5].set(jnp.nan)}))
-    assert bool(jax.jit(nonfinite)({**ok, "t": jnp.float32(-jnp.inf)}))
+    assert bool(jax.jit(nonfinite)({**ok, "t": jnp.float32(jnp.nan)}))
+    # Inf is the "off" value of sweepable thresholds: a default PPO agent is not flagged.
+    assert not bool(nonfinite({**ok, "max_grad_norm": jnp.float32(jnp.inf)}))
+    ppo = registry.get("ppo")
+    agent = ppo.agent.create(ppo.config(), jnp.zeros(3), jnp.zeros(1), 0)
+    assert not bool(nonfinite(agent))
     # Arrays above SMALL_ARRAY elements are not read (their biases show a divergence).
     assert not bool(nonfinite({**ok, "w": ok["w"].at[0, 0].set(jnp.nan)}))
     assert not bool(nonfinite({"key": jax.random.key(0)}))

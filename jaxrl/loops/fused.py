@@ -34,7 +34,7 @@ class FusedState(struct.PyTreeNode):
         env: the training envs' state (simulators, wrappers such as the observation normalizer,
             and any per-episode randomization).
         rng: loop RNG (exploration, uniform warm-up actions, minibatch sampling).
-        nonfinite: updates after which the agent held a NaN or an Inf.
+        nonfinite: updates after which the agent held a NaN.
     """
 
     agent: Any

@@ -19,7 +19,7 @@ How the families still to come fit:
 - **Randomization** state lives in the JAX env state, which the fused loop carries and
   checkpoints as a whole.
 - **Divergence**: every loop state carries ``nonfinite``, a device-side count of the updates
-  after which the agent held a NaN or an Inf (``nonfinite``, checked inside the update call).
+  after which the agent held a NaN (``nonfinite``, checked inside the update call).
   It costs no host work per step: it is read with the metrics at log points (column
   ``train/nonfinite_updates``, and a warning naming the non-finite metrics the first time).
 """
@@ -43,7 +43,7 @@ from jaxrl.logging import RunLogger, write_json
 from jaxrl.loops.config import TrainConfig
 
 NONFINITE = "train/nonfinite_updates"
-"""Metrics column: updates so far after which the agent held a NaN or an Inf."""
+"""Metrics column: updates so far after which the agent held a NaN."""
 
 
 # ----------------------------------------------------------------------------- device helpers
@@ -64,19 +64,21 @@ SMALL_ARRAY = 4096
 
 
 def nonfinite(agent: Any) -> jax.Array:
-    """Whether ``agent`` holds a NaN or an Inf in one of its small float arrays (a bool scalar).
+    """Whether ``agent`` holds a NaN in one of its small float arrays (a bool scalar).
 
     A non-finite loss makes every gradient non-finite, and after the optimizer step every
-    parameter. The small arrays (biases, scalars such as a temperature, their optimizer moments,
-    data statistics) show it at a tiny fraction of the cost of a pass over all parameters, so
-    the loops check after every update. Metrics are not checked: agents report NaN for the
-    metrics of sub-steps they skip (TD3's delayed actor step).
+    parameter NaN (Adam's ``m / sqrt(v)`` of an infinite gradient is NaN). The small arrays
+    (biases, scalars such as a temperature, their optimizer moments, data statistics) show it at
+    a tiny fraction of the cost of a pass over all parameters, so the loops check after every
+    update. An Inf alone is not flagged: it is the "off" value of sweepable thresholds (PPO's
+    ``max_grad_norm`` and ``anneal_lr_steps``). Metrics are not checked: agents report NaN for
+    the metrics of sub-steps they skip (TD3's delayed actor step).
     """
     leaves = [jnp.asarray(x) for x in jax.tree.leaves(agent)]
     small = [x for x in leaves if jnp.issubdtype(x.dtype, jnp.floating) and x.size <= SMALL_ARRAY]
     if not small:
         return jnp.zeros((), bool)
-    return jnp.any(jnp.stack([jnp.any(~jnp.isfinite(x)) for x in small]))
+    return jnp.any(jnp.stack([jnp.any(jnp.isnan(x)) for x in small]))
 
 
 def compile_cache(make: Any) -> Any:
@@ -336,7 +338,7 @@ class Harness:
         self._warned = True
         names = sorted(k for k, v in row.items() if not math.isfinite(v))
         print(
-            f"warning: {out}: the agent holds NaN/Inf values after {int(row[NONFINITE])} updates "
+            f"warning: {out}: the agent holds NaN values after {int(row[NONFINITE])} updates "
             f"by step {self.step_offset + self.step} (non-finite metrics: "
             f"{', '.join(names) or 'none'}); the run continues."
         )

@@ -30,7 +30,7 @@ from jaxrl.types import Transition
 class LoopState(struct.PyTreeNode):
     """Device-side loop state (what a checkpoint stores): agent, replay buffer, update RNG.
 
-    ``nonfinite`` counts the updates after which the agent held a NaN or an Inf.
+    ``nonfinite`` counts the updates after which the agent held a NaN.
     """
 
     agent: Any
@@ -75,7 +75,7 @@ def _update_step(
 
     With ``prior`` (offline data) each minibatch mixes ``prior_ratio`` of its rows from it.
     The returned metrics are the last update's, plus ``NONFINITE``: after how many of the
-    updates the agent held a NaN or an Inf.
+    updates the agent held a NaN.
 
     The buffer is a read-only argument here and is written only by the separate ``buffer_add``
     call: when one XLA program both writes the donated buffer in place and gathers minibatches

@@ -25,7 +25,7 @@ class OfflineState(struct.PyTreeNode):
     """What the offline loop carries and checkpoints: the agent and the minibatch RNG.
 
     The dataset is not part of it (it is read again from ``--dataset`` on resume).
-    ``nonfinite`` counts the updates after which the agent held a NaN or an Inf.
+    ``nonfinite`` counts the updates after which the agent held a NaN.
     """
 
     agent: Any
