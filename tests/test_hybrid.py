@@ -278,11 +278,13 @@ def test_iql_finetuning_does_not_collapse_at_the_switch(tmp_path, capsys, record
     the optimum, so the test measured only noise and the first online rows: on seed 0, even with
     the reward scale fixed, the 50/50 dataset/online minibatches broke the swing-up within 100 env
     steps (-147 with dataset-only minibatches, -679 with the mix), while seed 1 improved (-420 ->
-    -162). Measured on the medium data (offline -> online, threshold):
+    -162). Measured on the medium data of the earlier fixed-step recipe (offline -> online,
+    threshold):
     JAXRL_TEST_SEED=0 -325.7 -> -180.6 (-425.7), seed 1 -891.4 -> -687.0 (-991.4), seed 2
     -600.7 -> -342.5 (-700.7): the online phase improved by 145, 204 and 258 on every seed, and
     clears the threshold by 245 to 358. A 2,000-step online phase improved no more on seed 0
-    (-183) and doubled the time (~95 s).
+    (-183) and doubled the time (~95 s). With the medium policy chosen by return (seeds 0-4):
+    -323 -> -192, -343 -> -196, -448 -> -193, -388 -> -180, -713 -> -190.
     """
     from jaxrl.cli import main
     from tests.offline_utils import learning_seed, pendulum_dataset
