@@ -255,19 +255,28 @@ def test_bc_matches_expert_behavior(record_property):
 
 @pytest.mark.slow
 def test_iql_beats_medium_behavior(record_property):
-    from tests.offline_utils import eval_pendulum, learning_seed, load_pendulum, train_offline_quick
+    from offline_utils import eval_pendulum, learning_seed, pendulum_dataset, train_offline_quick
 
-    data = load_pendulum("medium")
-    returns = _episode_returns(data)
-    behavior = float(returns.mean())  # about -670
-    expert = float(_episode_returns(load_pendulum("expert")).mean())  # about -145
-    threshold = behavior + 0.4 * (expert - behavior)
-    # The IQL 'return_range' scaling, rewards * episode_length / (max - min episode return):
-    # the authors' 1000 / (max - min) for D4RL's 1000-step episodes; Pendulum's are 200 steps.
-    scale = 200.0 / float(returns.max() - returns.min())
-    cfg = IQLConfig(hidden_dims=(64, 64), max_steps=3000)
+    from jaxrl.offline.common import data_norm
+
+    ds = pendulum_dataset("medium")
+    data = ds.transitions(-2.0, 2.0)
+    behavior = float(ds.episode_returns().mean())  # about -700
+    expert = float(pendulum_dataset("expert").episode_returns().mean())  # about -145
+    # IQL stays close to the data: on D4RL's medium datasets the paper's gain over the behavior
+    # is 12-42% of the way to the expert (halfcheetah 40 -> 47, hopper 44 -> 66); the test asks
+    # for 30%. The paper's locomotion settings (256x256, expectile 0.7, temperature 3) and 6,000
+    # updates. With 64x64 networks one agent's return depended on its seed (three agents on seed
+    # 2's medium data: -451/-496/-428 after 3,000 updates) and on the data (10,000 updates:
+    # -205/-192/-198 on seed 2's, -1210/-1247/-1195 on seed 0's). With 256x256 three agents
+    # scored -303/-315/-302 after 3,000 updates on seed 3's data and -405/-419/-429 after 6,000
+    # on seed 0's (-533/-512/-515 after 3,000; thresholds -559 and -515).
+    threshold = behavior + 0.3 * (expert - behavior)
+    # The 'return_range' scaling, rewards * longest episode / (max - min episode return): the
+    # authors' 1000 / (max - min) on D4RL's 1000-step episodes; Pendulum's are 200 steps long.
+    cfg = IQLConfig(max_steps=6000)
     agent = IQL.create(cfg, data.obs[0], data.action[0], learning_seed())
-    agent, _ = train_offline_quick(agent.replace(norm=_dataset_norm(data, scale)), data, 3000)
+    agent, _ = train_offline_quick(agent.replace(norm=data_norm(ds, cfg)), data, 6000)
     ret = eval_pendulum(agent, episodes=100)
     print(f"IQL medium: {ret:.1f} (behavior {behavior:.1f}, threshold {threshold:.1f})")
     record_property("value", ret)

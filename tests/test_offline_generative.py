@@ -335,13 +335,18 @@ def _learn(name: str, config, num_updates: int, fraction: float = 0.4) -> tuple[
 
 @pytest.mark.slow
 def test_idql_beats_the_medium_behavior_policy(record_property):
-    # Small networks and a short budget: a plain-MLP noise network without dropout, observations
-    # standardized, a 1e-3 step and a faster moving average (the paper's 0.001 averages over
-    # ~1,000 steps, a third of this run). Measured: -399 (behavior -668, threshold -459).
+    # A short budget: a plain-MLP noise network without dropout, observations standardized, a
+    # 1e-3 step and a faster moving average (the paper's 0.001 averages over ~1,000 steps, a
+    # third of this run). The critic and value keep the paper's 256x256 and learn at 1e-3:
+    # IDQL's policy improvement is all in ranking 32 candidates by Q, and on Pendulum one step's
+    # action moves the next state little. On seed 0's medium data (threshold -461) the diffusion
+    # policy alone scores -911 (2 agents; T = 20: -935), below the behavior's -674; with 64x64
+    # critics the 32-candidate policy scored -954/-794/-973 (20,000 updates: -936/-854/-950);
+    # 256x256 at 3e-4 -637/-551; 256x256 at 1e-3 -430/-394.
     config = IDQLConfig(
-        hidden_dims=(64, 64), actor_architecture="mlp", actor_hidden_dims=(128, 128),
-        actor_dropout=0.0, actor_lr=1e-3, actor_ema_tau=0.005, num_samples=32, batch_size=256,
-        normalize_observations=True, max_steps=8000,
+        hidden_dims=(256, 256), critic_lr=1e-3, value_lr=1e-3, actor_architecture="mlp",
+        actor_hidden_dims=(128, 128), actor_dropout=0.0, actor_lr=1e-3, actor_ema_tau=0.005,
+        num_samples=32, batch_size=256, normalize_observations=True, max_steps=8000,
     )  # fmt: skip
     ret, threshold = _learn("idql", config, 8000)
     record_property("value", ret)
@@ -351,11 +356,13 @@ def test_idql_beats_the_medium_behavior_policy(record_property):
 
 @pytest.mark.slow
 def test_fql_beats_the_medium_behavior_policy(record_property):
-    # Paper defaults except the network size and standardized observations. Measured: -313.
+    # Paper defaults except the network size and standardized observations. 12,000 updates: at
+    # 4,000 five agents on the medium data of seeds 0 and 1 scored -480 to -570 and -671 to
+    # -876 (thresholds -461 and -508), still learning; at 12,000 -258 to -277 and -176 to -215.
     config = FQLConfig(
         actor_hidden_dims=(64, 64), critic_hidden_dims=(64, 64), normalize_observations=True
     )
-    ret, threshold = _learn("fql", config, 4000)
+    ret, threshold = _learn("fql", config, 12_000)
     record_property("value", ret)
     record_property("threshold", threshold)
     assert ret >= threshold
