@@ -15,12 +15,20 @@ import numpy as np
 from jaxrl.envs.gym import HostEnv
 
 
+@jax.jit
+def eval_act(agent: Any, obs: jax.Array) -> jax.Array:
+    """``agent.eval_actions(obs)``, compiled once per agent structure and batch shape."""
+    return agent.eval_actions(obs)
+
+
 def evaluate(agent: Any, env: HostEnv, seed: int, act_fn: Any = None) -> np.ndarray:
     """Run one deterministic episode in each copy of ``env``; returns the ``[num_envs]`` returns.
 
     Every copy is reset with a fixed seed, so an evaluation depends only on the agent's parameters.
+    ``act_fn(agent, obs)`` defaults to ``eval_act``: one compiled call per step, and no new
+    compilation on later evaluations of an agent of the same structure.
     """
-    act_fn = act_fn or jax.jit(lambda a, o: a.eval_actions(o))
+    act_fn = act_fn or eval_act
     obs = env.reset(seed=seed)
     returns = np.zeros(env.num_envs)
     running = np.ones(env.num_envs, bool)
@@ -58,8 +66,7 @@ def evaluate_jax(agent: Any, env: Any, key: jax.Array, obs_stats: Any = None) ->
 def evaluator(eval_env: Any, seed: int) -> Any:
     """``agent -> [episodes] returns`` (numpy) for a host env or a JAX env."""
     if isinstance(eval_env, HostEnv):
-        act_fn = jax.jit(lambda a, o: a.eval_actions(o))
-        return lambda agent: evaluate(agent, eval_env, seed, act_fn)
+        return lambda agent: evaluate(agent, eval_env, seed)
     fn = jax.jit(lambda a: evaluate_jax(a, eval_env, jax.random.key(seed)))
     return lambda agent: np.asarray(fn(agent))
 
@@ -71,4 +78,4 @@ def close_envs(*envs: Any) -> None:
             env.close()
 
 
-__all__ = ["close_envs", "evaluate", "evaluate_jax", "evaluator"]
+__all__ = ["close_envs", "eval_act", "evaluate", "evaluate_jax", "evaluator"]

@@ -143,3 +143,32 @@ def test_train_offline_script_takes_every_offline_agent(name, capsys):
         script["main"](["--agent", name, "--help"])
     assert err.value.code == 0
     assert "--dataset" in capsys.readouterr().out
+
+
+TRACES: list[int] = []
+
+
+class _Constant(struct.PyTreeNode):
+    """Acts with its parameter; counts how often its policy is traced."""
+
+    param: jax.Array
+
+    def eval_actions(self, obs):
+        TRACES.append(1)
+        return jnp.broadcast_to(self.param, (obs.shape[0], 1))
+
+
+def test_host_evaluation_compiles_the_policy_once():
+    from jaxrl.envs import make_env
+    from jaxrl.evaluation import evaluate
+
+    env = make_env("Pendulum-v1", 2)
+    TRACES.clear()
+    first = evaluate(_Constant(jnp.float32(0.5)), env, seed=0)
+    again = evaluate(_Constant(jnp.float32(0.5)), env, seed=0)
+    other = evaluate(_Constant(jnp.float32(-0.5)), env, seed=0)
+    env.close()
+    # 200 steps per episode, three evaluations, new parameter values: one trace.
+    assert len(TRACES) == 1
+    np.testing.assert_array_equal(first, again)
+    assert not np.allclose(first, other)
