@@ -16,6 +16,7 @@ from jaxrl.cli import main, train
 from jaxrl.envs import HostEnv, make_env
 from jaxrl.logging import read_metrics
 from jaxrl.loops import TrainConfig, init_loop_state
+from jaxrl.loops.host import _act
 
 
 class CounterEnv(gym.Env):
@@ -160,9 +161,12 @@ RESUME_KW = dict(
 
 
 @pytest.mark.slow
-def test_resume_is_bit_identical_on_mujoco(tmp_path, monkeypatch):
+@pytest.mark.parametrize("overlap", [False, True], ids=["exact", "overlap"])
+def test_resume_is_bit_identical_on_mujoco(tmp_path, monkeypatch, overlap):
     env_id = "InvertedPendulum-v5"
     full, split, killed = tmp_path / "full", tmp_path / "split", tmp_path / "killed"
+    RESUME_KW = _copy(globals()["RESUME_KW"])
+    RESUME_KW["train"]["overlap"] = overlap
     _run("sac", env_id, full, 1200, **_copy(RESUME_KW))
     # (1) stop at a checkpoint boundary, then continue with a larger budget
     _run("sac", env_id, split, 800, **_copy(RESUME_KW))  # a final step evaluates: pick 2 x 400
@@ -191,6 +195,33 @@ def test_resume_is_bit_identical_on_mujoco(tmp_path, monkeypatch):
 
 def _copy(kw):
     return {**kw, "train": dict(kw["train"])}
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["exact", "overlap"])
+def test_overlap_acts_with_the_parameters_from_before_the_update(tmp_path, monkeypatch, overlap):
+    # learning_starts = L: step L acts with the initial agent in both modes and runs the first
+    # update. Step L + 1 acts with the updated agent (exact) or still the initial one (overlap).
+    L = 20
+    steps = []
+    original = HostEnv.step
+
+    def record(self, action):
+        if self.num_envs == 1:  # the training env (evaluation runs 2 copies)
+            steps.append((self._obs.copy(), np.array(action)))
+        return original(self, action)
+
+    monkeypatch.setattr(HostEnv, "step", record)
+    _run("sac", "Pendulum-v1", tmp_path, L + 3, learning_starts=L, train={"overlap": overlap})
+    spec = registry.get("sac")
+    env = make_env("Pendulum-v1")
+    cfg = spec.config(hidden_dims=(32, 32), learning_starts=L)
+    initial = spec.agent.create(cfg, env.obs_example, env.action_example, 0)
+    act_key = jax.random.key(0 + 2)
+    for t, want_initial in ((L, True), (L + 1, overlap)):
+        obs, action = steps[t]
+        with_initial = np.asarray(jax.jit(_act)(initial, obs, act_key, t))
+        # One Adam step moves the action by ~1e-4 or more; 1e-6 allows for other XLA fusions.
+        assert np.allclose(action, with_initial, rtol=0, atol=1e-6) == want_initial, t
 
 
 def test_resume_of_unsavable_env_says_episodes_restart(tmp_path, capsys):

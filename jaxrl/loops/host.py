@@ -1,9 +1,18 @@
 """The host training loop (Gymnasium envs), shared by every off-policy agent.
 
 Per environment step the loop makes one jitted call to add the transition to the device-resident
-replay buffer and one to run ``utd_ratio * num_envs`` fused updates (``lax.scan``) and compute
-the next action. The buffer and agent are donated to those calls, so nothing is copied between
-host and device except the new transition and the action.
+replay buffer and one to run ``utd_ratio * num_envs`` fused updates (``lax.scan``). The buffer
+and agent are donated to those calls, so nothing is copied between host and device except the
+new transition and the action.
+
+Two orderings (``TrainConfig.overlap``):
+
+- exact (SB3 / CleanRL): act, step the env, store, update; the next action comes from the
+  updated parameters, computed in the update's call. The env step waits for the update.
+- overlapped: the next action is computed from the parameters *before* the update that is
+  dispatched in the same step (a policy one update old, as in asynchronous actor-learner
+  systems). Dispatch is asynchronous, so the env step and the transition write run on the host
+  while the device runs that update.
 """
 
 from __future__ import annotations
@@ -111,9 +120,21 @@ def _update_and_act(
     **sizes: Any,
 ) -> tuple[Any, jax.Array, jax.Array, dict[str, jax.Array], jax.Array]:
     """``_update_step`` then the next exploration action, in one call (one dispatch per step)."""
-    agent, rng, info = _update_step(agent, rng, buffer, prior, **sizes)
-    nonfinite = nonfinite + info.pop(NONFINITE)
+    agent, rng, nonfinite, info = _update_counted(agent, rng, nonfinite, buffer, prior, **sizes)
     return agent, rng, nonfinite, info, _act(agent, obs, act_key, step)
+
+
+def _update_counted(
+    agent: Any,
+    rng: jax.Array,
+    nonfinite: jax.Array,
+    buffer: BufferState,
+    prior: BufferState | None,
+    **sizes: Any,
+) -> tuple[Any, jax.Array, jax.Array, dict[str, jax.Array]]:
+    """``_update_step``, adding its count of non-finite updates to the loop's ``nonfinite``."""
+    agent, rng, info = _update_step(agent, rng, buffer, prior, **sizes)
+    return agent, rng, nonfinite + info.pop(NONFINITE), info
 
 
 class _Host:
@@ -275,7 +296,8 @@ def train_host(
         return done[0]
     num_updates = acfg.utd_ratio * n
     sizes = {"num_updates": num_updates, "batch_size": acfg.batch_size, "prior_ratio": prior_ratio}
-    update_fn = jax.jit(partial(_update_and_act, **sizes), donate_argnums=(0, 1, 2))
+    step_fn = _update_counted if cfg.overlap else _update_and_act
+    update_fn = jax.jit(partial(step_fn, **sizes), donate_argnums=(0, 1, 2))
     act_fn, act_key = jax.jit(_act), jax.random.key(cfg.seed + 2)
     evaluate_fn = evaluator(eval_env, cfg.seed + 10_000)
     info: dict[str, Any] = {}
@@ -287,7 +309,15 @@ def train_host(
             # With next actions the first step's rows enter the buffer one step late.
             learn = h.step >= max(acfg.learning_starts, n if spec.needs_next_action else 0)
             at = h.advance(n, num_updates if learn else 0)
-            if learn:
+            if learn and cfg.overlap:
+                # Dispatched before the update that donates the agent: the next action uses the
+                # parameters from before it, and the device runs the update during the env step.
+                host.pending = act_fn(state.agent, host.obs, act_key, h.step)
+                agent_, rng_, bad, info = update_fn(
+                    state.agent, state.rng, state.nonfinite, state.buffer, prior
+                )
+                state = state.replace(agent=agent_, rng=rng_, nonfinite=bad)
+            elif learn:
                 agent_, rng_, bad, info, host.pending = update_fn(
                     state.agent, state.rng, state.nonfinite, state.buffer, prior, host.obs,
                     act_key, h.step,
