@@ -172,3 +172,45 @@ def test_host_evaluation_compiles_the_policy_once():
     assert len(TRACES) == 1
     np.testing.assert_array_equal(first, again)
     assert not np.allclose(first, other)
+
+
+COMPILED: list[str] = []
+
+
+def _record_compile(event: str, secs: float, **kw) -> None:
+    if event == "/jax/core/compile/backend_compile_duration":
+        COMPILED.append(kw.get("fun_name", "?"))
+
+
+jax.monitoring.register_event_duration_secs_listener(_record_compile)
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["exact", "overlap"])
+def test_offline_to_online_and_evaluation_do_not_compile_per_step(tmp_path, capsys, overlap):
+    # After a first run has filled the module-level caches, a second run of the same length and
+    # a third with twice the online steps and evaluations must compile the same programs: a
+    # recompile per env step or per evaluation would make the third compile more.
+    from jaxrl.cli import main
+
+    data = str(tmp_path / "random.hdf5")
+    main(["dataset", "collect", "--env", "Pendulum-v1", "--kind", "random", "--steps", "600",
+          "--seed", "0", "--ref-max-return", "-150", "--out", data])  # fmt: skip
+    counts = []
+    for i, online in enumerate((150, 150, 300)):
+        COMPILED.clear()
+        main(["train", "iql", "--dataset", data, "--offline-steps", "50", "--online-steps",
+              str(online), "--eval-every", "75", "--log-every", "75", "--eval-episodes", "2",
+              "--hidden-dims", "16", "16", "--learning-starts", "20",
+              "--overlap" if overlap else "--no-overlap", "--out", str(tmp_path / f"run{i}"),
+              "--no-progress", "--no-tensorboard"])  # fmt: skip
+        counts.append(list(COMPILED))
+    capsys.readouterr()
+    assert counts[1], "the listener saw no compilation: the comparison would prove nothing"
+    assert sorted(counts[2]) == sorted(counts[1])
+    # One program per role: the offline chunk, the online update, the policy; the evaluation
+    # once per phase (the online agent's config differs: its schedule restarts).
+    want = {"_offline_chunk": 1, "_act": 1, "_update_and_act": 1, "_update_counted": 1}
+    want["eval_act"] = 2
+    for name in counts[2]:
+        assert name[4:-1] in want, counts[2]
+    assert all(counts[2].count(f"jit({name})") <= n for name, n in want.items()), counts[2]

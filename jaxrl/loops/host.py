@@ -289,6 +289,9 @@ def train_host(
     h = Harness(spec.name, cfg, [out], step_offset=step_offset, score_fn=score_fn)
     legacy = "offline" if step_offset else None  # checkpoints from before phases were recorded
     state, metas = h.resume(init_loop_state(spec, agent, env, cfg.seed), legacy)
+    # Committed to one device, as the update's outputs are: a pretrained or restored agent holds
+    # uncommitted arrays, and the update would compile a second time on its second call.
+    state, prior = jax.device_put((state, prior), jax.devices()[0])
     host = _Host(spec, acfg, env, cfg.seed)
     if metas:
         host.load(metas[0])
