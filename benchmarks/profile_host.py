@@ -17,10 +17,8 @@ steady state. The host loop's parts are the methods it calls once per step:
 (``_Host.action``). Its per-call overhead inflates the many small Python calls a little, so
 read the split, not the absolute rate (``benchmarks/throughput.py`` measures that).
 
-Both orderings of the loop are profiled, one column each: exact (the update, then the next
-action from the updated parameters: the env step waits for the update; the loop before issue
-15) and overlapped (``--overlap``: the next action from the parameters before the update
-dispatched in the same step, so the env step and the transition write run during the update).
+Run it on two checkouts for a before/after table: the columns of ``--compare FILE`` (an
+earlier run's JSON, e.g. of the loop before issue 15) are shown beside this run's.
 
 Usage:
     .venv/bin/python benchmarks/profile_host.py [--agent sac] [--steps 2000] [--extra 2000]
@@ -37,7 +35,6 @@ import os
 import pstats
 import tempfile
 import time
-from functools import partial
 from typing import Any
 
 from jaxrl import registry
@@ -59,9 +56,7 @@ PARTS = {  # (file suffix, function name) -> part
 }
 
 
-def profile(
-    agent: str, steps: int, learning_starts: int, overlap: bool
-) -> tuple[dict[str, float], float]:
+def profile(agent: str, steps: int, learning_starts: int) -> tuple[dict[str, float], float]:
     """Cumulative host seconds per part of one ``jaxrl train`` run, and its wall clock."""
     spec = registry.get(agent)
     with tempfile.TemporaryDirectory() as out:
@@ -74,7 +69,6 @@ def profile(
             progress=True,
             tensorboard=False,
             out=out,
-            overlap=overlap,
         )
         prof = cProfile.Profile()
         start = time.perf_counter()
@@ -110,13 +104,13 @@ def isolated_costs(agent_name: str) -> dict[str, float]:
 
     from jaxrl.buffers import buffer_add
     from jaxrl.envs import make_env
-    from jaxrl.loops.host import _act, _update_counted, init_loop_state
+    from jaxrl.loops.host import _act, _learn, init_loop_state
 
     spec = registry.get(agent_name)
     env = make_env("HalfCheetah-v5")
     obs = env.reset(seed=0)
     agent = spec.agent.create(spec.config(), env.obs_example, env.action_example, 0)
-    state = init_loop_state(spec, agent, env, 0)
+    state = init_loop_state(spec, agent, env)
     zero = np.zeros((1, env.action_dim), np.float32)
     row = jax.tree.map(lambda x: np.zeros((1, *x.shape[1:]), x.dtype), state.buffer.data)
     buffer = buffer_add(state.buffer, row)  # one valid row to sample from
@@ -137,15 +131,13 @@ def isolated_costs(agent_name: str) -> dict[str, float]:
     costs["a jitted call taking the agent (pytree flattening, dispatch)"] = _per_call_ms(
         lambda: ident(agent), 2000, jax.block_until_ready
     )
-    update = jax.jit(
-        partial(_update_counted, num_updates=1, batch_size=spec.config().batch_size),
-        donate_argnums=(0, 1, 2),
-    )
-    loop = {"agent": agent, "rng": jax.random.key(1), "bad": jnp.zeros((), jnp.int32)}
+    learn = jax.jit(_learn, donate_argnums=(0, 1))
+    rows = np.zeros((1, spec.config().batch_size), np.int32)
+    loop = {"agent": agent, "bad": jnp.zeros((), jnp.int32)}
 
     def step(wait: bool) -> Any:
-        out = update(loop["agent"], loop["rng"], loop["bad"], box["buffer"], None)
-        loop["agent"], loop["rng"], loop["bad"], _ = out
+        out = learn(loop["agent"], loop["bad"], box["buffer"], None, rows, None)
+        loop["agent"], loop["bad"], _ = out
         if wait:
             jax.block_until_ready(loop["agent"])
         return loop["agent"]
@@ -184,22 +176,24 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--extra", type=int, default=2000)
     parser.add_argument("--learning-starts", type=int, default=1000)
+    parser.add_argument("--compare", help="an earlier run's JSON to show beside this run")
+    parser.add_argument("--compare-label", default="before")
+    parser.add_argument("--no-isolated", action="store_true", help="only the profiled runs")
     args = parser.parse_args()
 
-    cols, walls = {}, {}
-    for mode, overlap in (("exact", False), ("overlapped", True)):
-        short, wall_short = profile(args.agent, args.steps, args.learning_starts, overlap)
-        long, wall_long = profile(
-            args.agent, args.steps + args.extra, args.learning_starts, overlap
-        )
-        per_step = {k: 1e3 * (long[k] - short[k]) / args.extra for k in short}
-        total = per_step.pop("total")
-        per_step[REST] = total - sum(per_step.values())
-        per_step["total"] = total
-        cols[mode], walls[mode] = per_step, (wall_short, wall_long)
-    isolated = isolated_costs(args.agent)
-    exact, over = cols["exact"], cols["overlapped"]
-    parts = sorted((k for k in exact if k != "total"), key=lambda k: -exact[k])
+    short, wall_short = profile(args.agent, args.steps, args.learning_starts)
+    long, wall_long = profile(args.agent, args.steps + args.extra, args.learning_starts)
+    per_step = {k: 1e3 * (long[k] - short[k]) / args.extra for k in short}
+    total = per_step.pop("total")
+    per_step[REST] = total - sum(per_step.values())
+    per_step["total"] = total
+    isolated = {} if args.no_isolated else isolated_costs(args.agent)
+    cols = {"this run": {"ms_per_step": per_step, "isolated_ms": isolated}}
+    if args.compare:
+        with open(args.compare) as f:
+            cols = {args.compare_label: json.load(f), **cols}
+    parts = sorted((k for k in per_step if k != "total"), key=lambda k: -per_step[k])
+    head = " | ".join(f"{c}: ms | share" for c in cols)
     lines = [
         f"# Host loop profile: {args.agent.upper()} on HalfCheetah-v5 (paper defaults, 1 env, "
         "1 update per step)",
@@ -207,40 +201,33 @@ def main() -> None:
         f"`benchmarks/profile_host.py --agent {args.agent} --steps {args.steps} --extra "
         f"{args.extra}`: host time per env step under cProfile, the difference of a "
         f"{args.steps + args.extra:,}- and a {args.steps:,}-step run (learning starts at "
-        f"{args.learning_starts:,}), in each ordering of the loop. Exact: the order before "
-        "issue 15 (the env step waits for the update). Overlapped (`--overlap`): the env step "
-        "and the transition write run while the device updates. cProfile adds per-call "
-        "overhead; read the split.",
+        f"{args.learning_starts:,}). cProfile adds per-call overhead; read the split.",
         "",
-        "| part | exact: ms per env step | share | overlapped: ms per env step | share |",
-        "|---|---|---|---|---|",
-        *[
-            f"| {k} | {exact[k]:.2f} | {exact[k] / exact['total']:.0%} | "
-            f"{over[k]:.2f} | {over[k] / over['total']:.0%} |"
-            for k in parts
-        ],
-        f"| **one env step** | **{exact['total']:.2f}** | 100% | "
-        f"**{cols['overlapped']['total']:.2f}** | 100% |",
+        f"| part | {head} |",
+        "|---|" + "---|---|" * len(cols),
+    ]
+    for k in [*parts, "total"]:
+        cells = []
+        for c in cols.values():
+            ms = c["ms_per_step"].get(k, float("nan"))
+            cells.append(f"{ms:.2f} | {ms / c['ms_per_step']['total']:.0%}")
+        name = "**one env step**" if k == "total" else k
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += [
         "",
-        "Wall clock under the profiler: "
-        + "; ".join(
-            f"{mode} {a:.1f} s and {b:.1f} s ({args.extra / (b - a):.0f} env-steps/s in between)"
-            for mode, (a, b) in walls.items()
-        )
-        + ". A part near zero can come out slightly negative: it is a difference of two runs.",
-        "",
-        "In the exact order the env step, the transition write and the update call come after "
-        "the wait for step t's action and before update t is dispatched, so the device idles "
-        "during them. Overlapped, the wait is for the policy's action (which the device computes "
-        "before the update dispatched with it) and that host work runs while the device updates.",
+        f"Wall clock under the profiler (this run): {wall_short:.1f} s and {wall_long:.1f} s "
+        f"({args.extra / (wall_long - wall_short):.0f} env-steps/s in between). A part near zero "
+        "can come out slightly negative: it is a difference of two runs.",
         "",
         "Each piece of per-step work timed alone, without the profiler (mean ms per call):",
         "",
-        "| piece | ms |",
-        "|---|---|",
-        *[f"| {k} | {v:.3f} |" for k, v in isolated.items()],
-        "",
+        f"| piece | {' | '.join(cols)} |",
+        "|---|" + "---|" * len(cols),
     ]
+    for k in isolated or cols.get(args.compare_label, {}).get("isolated_ms", {}):
+        cells = [f"{c.get('isolated_ms', {}).get(k, float('nan')):.3f}" for c in cols.values()]
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    lines.append("")
     text = "\n".join(lines)
     print(text)
     os.makedirs(RESULTS, exist_ok=True)
@@ -248,7 +235,7 @@ def main() -> None:
     with open(name + ".md", "w") as f:
         f.write(text)
     with open(name + ".json", "w") as f:
-        json.dump({"args": vars(args), "ms_per_step": cols, "isolated_ms": isolated}, f, indent=1)
+        json.dump({"args": vars(args), **cols["this run"]}, f, indent=1)
 
 
 if __name__ == "__main__":

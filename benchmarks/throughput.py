@@ -6,9 +6,8 @@ Measures, in one run on this machine:
      batch 256), with XLA's FLOP count per update and the fraction of the measured peak; and
      with one update per call, as the host loop dispatches them (its ceiling);
   3. end-to-end env-steps/s of `jaxrl train` (host loop, 1 update per env step, 1M buffer),
-     timed after learning starts and after the first 1,000 updates (compilation excluded), in
-     both of the host loop's orderings (exact, and overlapped: `--overlap`), and its ratio to
-     the fused update rate;
+     timed after learning starts and after the first 1,000 updates (compilation excluded), and
+     its ratio to the fused update rate;
   4. the same end-to-end figure for Stable-Baselines-Jax SAC (sbx-rl) in its own virtualenv
      (`make peers` creates it; pass --no-peers to skip).
 
@@ -113,7 +112,7 @@ def update_rate(name: str, k: int = 50, calls: int = 10) -> dict:
     return {"updates_per_s": rate, "gflop_per_update": flops / 1e9}
 
 
-def end_to_end(name: str, steps: int, learning_starts: int, warmup: int, overlap: bool) -> float:
+def end_to_end(name: str, steps: int, learning_starts: int, warmup: int) -> float:
     """Env-steps/s of `jaxrl train NAME` on HalfCheetah-v5 over the timed window."""
     config_cls = registry.get(name).config
     cfg = config_cls(learning_starts=learning_starts)
@@ -128,7 +127,6 @@ def end_to_end(name: str, steps: int, learning_starts: int, warmup: int, overlap
             progress=False,
             tensorboard=False,
             checkpoint_every=steps,
-            overlap=overlap,
         )
         train(name, run, cfg)
         rows = read_metrics(os.path.join(out, "metrics.csv"))
@@ -194,27 +192,20 @@ def main() -> None:
         res[name] = u
         print(f"{name}: {u}", flush=True)
     # End-to-end runs alternate between jaxrl and sbx so that both see the same machine load.
-    default = TrainConfig.overlap
-    modes = {True: "overlap", False: "exact"}
     e2e = {"sac": [], "td3": [], "sbx": []}
-    other = {"sac": [], "td3": []}
     for r in range(args.rounds):
         for name in ("sac", "td3") if r == 0 else ("sac",):
-            for overlap in (default, not default) if r == 0 else (default,):
-                rate = end_to_end(name, args.steps, args.learning_starts, args.warmup, overlap)
-                (e2e if overlap == default else other)[name].append(rate)
-                print(f"jaxrl {name} {modes[overlap]} end-to-end: {rate:.1f} env-steps/s")
+            e2e[name].append(end_to_end(name, args.steps, args.learning_starts, args.warmup))
+            print(f"jaxrl {name} end-to-end: {e2e[name][-1]:.1f} env-steps/s", flush=True)
         if not args.no_peers:
             peer = sbx_rate(args.steps, args.learning_starts, args.warmup)
             if peer is not None:
                 res["sbx_sac"] = peer
                 e2e["sbx"].append(peer["env_steps_per_s"])
                 print(f"sbx SAC end-to-end: {peer['env_steps_per_s']:.1f} env-steps/s", flush=True)
-    res["default_mode"], res["other_mode"] = modes[default], modes[not default]
     for name in ("sac", "td3"):
         res[name]["env_steps_per_s"] = float(np.median(e2e[name]))
         res[name]["env_steps_per_s_runs"] = e2e[name]
-        res[name]["env_steps_per_s_other_mode"] = other[name][0]
     if e2e["sbx"]:
         res["sbx_sac"]["env_steps_per_s"] = float(np.median(e2e["sbx"]))
         res["sbx_sac"]["env_steps_per_s_runs"] = e2e["sbx"]
@@ -234,28 +225,26 @@ def write_tables(res: dict) -> None:
         f"{res['machine']['jax']}. Settings: {res['settings']}.",
         f"Measured fp32 matmul peak (2048^3): **{res['matmul_peak_gflops']:.0f} GFLOP/s**.",
         "",
-        f"End to end: the host loop (`jaxrl train`) in its default ordering "
-        f"(**{res['default_mode']}**) and in the other ({res['other_mode']}); 'of fused' is the "
-        "end-to-end rate over the fused update rate (1 update per env step).",
+        "'of fused': the end-to-end rate over the fused update rate (1 update per env step). "
+        "'1 update per call': the update rate when each call runs one update, as the host loop "
+        "dispatches them.",
         "",
         "| agent | fused updates/s | GFLOP/update | GFLOP/s | % of peak | 1 update per call "
-        f"| end to end ({res['default_mode']}) | of fused | end to end ({res['other_mode']}) "
-        "| of fused |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| end-to-end env-steps/s | of fused |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name in ("sac", "td3"):
         u = res[name]
-        e, o = u["env_steps_per_s"], u["env_steps_per_s_other_mode"]
+        e = u["env_steps_per_s"]
         lines.append(
             f"| jaxrl {name.upper()} | {u['updates_per_s']:.0f} | {u['gflop_per_update']:.3f} | "
             f"{u['gflops']:.0f} | {100 * u['peak_fraction']:.0f}% | "
-            f"{u['updates_per_s_one_per_call']:.0f} | {e:.0f} | "
-            f"{e / u['updates_per_s']:.2f} | {o:.0f} | {o / u['updates_per_s']:.2f} |"
+            f"{u['updates_per_s_one_per_call']:.0f} | {e:.0f} | {e / u['updates_per_s']:.2f} |"
         )
     if sbx:
         lines.append(
-            f"| sbx-rl {sbx['sbx_version']} SAC | - | - | - | - | - | {sbx['env_steps_per_s']:.0f} "
-            "| | | |"
+            f"| sbx-rl {sbx['sbx_version']} SAC | - | - | - | - | - | "
+            f"{sbx['env_steps_per_s']:.0f} | |"
         )
         runs = lambda xs: ", ".join(f"{x:.0f}" for x in xs)  # noqa: E731
         lines += [

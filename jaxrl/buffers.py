@@ -73,7 +73,12 @@ def buffer_add(state: BufferState, items: Any) -> BufferState:
 def buffer_sample(state: BufferState, key: jax.Array, batch_size: int) -> Any:
     """Sample ``batch_size`` valid rows uniformly with replacement (needs a non-empty buffer)."""
     idx = jax.random.randint(key, (batch_size,), 0, jnp.maximum(state.size, 1))
-    return jax.tree.map(lambda d: d[idx], state.data)
+    return buffer_gather(state, idx)
+
+
+def buffer_gather(state: BufferState, rows: jax.Array) -> Any:
+    """The rows ``rows`` (an integer array of any shape, which leads every returned leaf)."""
+    return jax.tree.map(lambda d: d[rows], state.data)
 
 
 def make_replay_buffer(capacity: int) -> ReplayBuffer:

@@ -231,7 +231,7 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
         if spec.offline:  # the online phase of an offline-to-online run
             agent = online_agent(spec, agent, agent_cfg, train_cfg, obs, act)
             agent_cfg = agent.config
-        template = init_loop_state(spec, agent, _Dims(obs, act), seed)
+        template = init_loop_state(spec, agent, _Dims(obs, act))
     state, meta = ckpt.restore(strongly_typed(template), step)
     return LoadedRun(run_dir, config, agent_cfg, train_cfg, state.agent, state, meta)
 

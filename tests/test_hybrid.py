@@ -162,7 +162,7 @@ def test_online_loop_fills_next_actions_and_mc_returns_of_finished_episodes(tmp_
     )  # fmt: skip
     train_host(spec, agent, env, eval_env, cfg, out)
     state, meta = Checkpointer(os.path.join(out, "checkpoints")).restore(
-        init_loop_state(spec, agent, env, 0)
+        init_loop_state(spec, agent, env)
     )
     data = jax.tree.map(np.asarray, state.buffer.data)
     assert int(state.buffer.size) == 449  # the newest step waits for its next action

@@ -47,10 +47,6 @@ class TrainConfig:
     """Train this many seeds (seed, seed+1, ...) at once with jax.vmap (JAX envs only)."""
     updates_per_step: int | None = None
     """Gradient steps per vectorized env step (off-policy); default utd_ratio x num_envs."""
-    overlap: bool = False
-    """Host loop: act with the parameters from before the update dispatched in the same step
-    (one update old, as asynchronous actor-learner systems do), so that the env step runs while
-    the device updates. False: act after the update (SB3 / CleanRL's exact ordering)."""
     out: str | None = None
     """Run directory (default runs/<agent>-<env>-s<seed>); resumes if it has a checkpoint."""
     eval_every: int = 10_000

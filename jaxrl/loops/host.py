@@ -1,18 +1,18 @@
 """The host training loop (Gymnasium envs), shared by every off-policy agent.
 
-Per environment step the loop makes one jitted call to add the transition to the device-resident
-replay buffer and one to run ``utd_ratio * num_envs`` fused updates (``lax.scan``). The buffer
-and agent are donated to those calls, so nothing is copied between host and device except the
-new transition and the action.
+Each env step follows the exact order of SB3 and CleanRL: act with the current parameters, step
+the env, store the transition, then ``utd_ratio * num_envs`` gradient steps (``lax.scan``) on
+minibatches that may include it, and the next action from the updated parameters.
 
-Two orderings (``TrainConfig.overlap``):
+That order would leave the device idle during the env step. The minibatch rows are drawn on the
+host before the env step (numpy, like SB3's replay buffer), so the loop knows whether the update
+reads a row this step writes. When it does not (all but a fraction ``~batch / size`` of steps),
+the update is dispatched before the env step and runs on the device while the host steps the
+simulator and writes the transition: the same numbers, overlapped. Otherwise it is dispatched
+after the write. Dispatch is asynchronous; the host waits only for the next action.
 
-- exact (SB3 / CleanRL): act, step the env, store, update; the next action comes from the
-  updated parameters, computed in the update's call. The env step waits for the update.
-- overlapped: the next action is computed from the parameters *before* the update that is
-  dispatched in the same step (a policy one update old, as in asynchronous actor-learner
-  systems). Dispatch is asynchronous, so the env step and the transition write run on the host
-  while the device runs that update.
+The buffer and agent are donated to the jitted calls, so nothing is copied between host and
+device except the new transition, the minibatch rows and the action.
 """
 
 from __future__ import annotations
@@ -26,7 +26,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl.buffers import BufferState, buffer_add, make_replay_buffer, sample_minibatches, set_rows
+from jaxrl.buffers import (
+    BufferState,
+    buffer_add,
+    buffer_gather,
+    make_replay_buffer,
+    sample_minibatches,
+    set_rows,
+)
 from jaxrl.envs.gym import HostEnv
 from jaxrl.episodes import EpisodeTracker, pad_rows
 from jaxrl.evaluation import evaluator
@@ -37,19 +44,19 @@ from jaxrl.types import Transition
 
 
 class LoopState(struct.PyTreeNode):
-    """Device-side loop state (what a checkpoint stores): agent, replay buffer, update RNG.
+    """Device-side loop state (what a checkpoint stores): agent and replay buffer.
 
-    ``nonfinite`` counts the updates after which the agent held a NaN.
+    ``nonfinite`` counts the updates after which the agent held a NaN. (The minibatch RNG lives
+    on the host, see ``_Sampler``.)
     """
 
     agent: Any
     buffer: BufferState
-    rng: jax.Array
     nonfinite: jax.Array = np.int32(0)
 
 
-def init_loop_state(spec: AgentSpec, agent: Any, env: HostEnv, seed: int) -> LoopState:
-    """Loop state for ``agent`` on ``env``: an empty buffer of the agent's size and an RNG.
+def init_loop_state(spec: AgentSpec, agent: Any, env: HostEnv) -> LoopState:
+    """Loop state for ``agent`` on ``env``: an empty buffer of the agent's size.
 
     It is also the template a checkpoint is restored into. The buffer has the optional
     ``next_action`` / ``mc_return`` fields when ``spec`` says the agent needs them.
@@ -65,9 +72,7 @@ def init_loop_state(spec: AgentSpec, agent: Any, env: HostEnv, seed: int) -> Loo
         next_action_mask=np.float32(0) if spec.needs_next_action else None,
     )
     buffer = make_replay_buffer(agent.config.buffer_size)
-    return LoopState(
-        agent, buffer.init(example), jax.random.key(seed + 1), jnp.zeros((), jnp.int32)
-    )
+    return LoopState(agent, buffer.init(example), jnp.zeros((), jnp.int32))
 
 
 def _update_step(
@@ -80,19 +85,21 @@ def _update_step(
     batch_size: int,
     prior_ratio: float = 0.0,
 ) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
-    """Run ``num_updates`` gradient steps under ``lax.scan`` on minibatches from ``buffer``.
+    """Run ``num_updates`` gradient steps under ``lax.scan`` on minibatches sampled on the device.
 
     With ``prior`` (offline data) each minibatch mixes ``prior_ratio`` of its rows from it.
     The returned metrics are the last update's, plus ``NONFINITE``: after how many of the
-    updates the agent held a NaN.
-
-    The buffer is a read-only argument here and is written only by the separate ``buffer_add``
-    call: when one XLA program both writes the donated buffer in place and gathers minibatches
-    from it, XLA inserts full copies of the buffer (measured: 8 ms -> 40-70 ms per step with
-    1M rows on CPU).
+    updates the agent held a NaN. (The fused loop's update; the host loop draws its rows on the
+    host, ``_learn``.)
     """
     rng, key = jax.random.split(rng)
     batches = sample_minibatches(buffer, key, num_updates, batch_size, prior, prior_ratio)
+    agent, info = _scan_updates(agent, batches)
+    return agent, rng, info
+
+
+def _scan_updates(agent: Any, batches: Any) -> tuple[Any, dict[str, jax.Array]]:
+    """One ``agent.update`` per minibatch (leading axis of ``batches``) under ``lax.scan``."""
 
     def body(agent: Any, batch: Any) -> tuple[Any, tuple[dict[str, jax.Array], jax.Array]]:
         agent, info = agent.update(batch)
@@ -100,7 +107,32 @@ def _update_step(
 
     agent, (infos, bad) = jax.lax.scan(body, agent, batches)
     info = jax.tree.map(lambda x: x[-1], infos)
-    return agent, rng, {**info, NONFINITE: jnp.sum(bad, dtype=jnp.int32)}
+    return agent, {**info, NONFINITE: jnp.sum(bad, dtype=jnp.int32)}
+
+
+def _learn(
+    agent: Any,
+    nonfinite: jax.Array,
+    buffer: BufferState,
+    prior: BufferState | None,
+    rows: jax.Array,
+    prior_rows: jax.Array | None,
+) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+    """The host loop's update: one gradient step per row of ``rows`` (``[updates, batch]``).
+
+    With ``prior``, each minibatch is its ``prior_rows`` of the offline data followed by its
+    ``rows`` of the replay buffer (the layout of ``sample_minibatches``). ``nonfinite`` gains
+    the updates after which the agent held a NaN.
+
+    The buffer is a read-only argument here and is written only by the separate ``buffer_add``
+    call, which is what lets the loop dispatch this update before the env step.
+    """
+    batches = buffer_gather(buffer, rows)
+    if prior_rows is not None:
+        first = buffer_gather(prior, prior_rows)
+        batches = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=1), first, batches)
+    agent, info = _scan_updates(agent, batches)
+    return agent, nonfinite + info.pop(NONFINITE), info
 
 
 def _act(agent: Any, obs: jax.Array, key: jax.Array, step: jax.Array) -> jax.Array:
@@ -108,46 +140,43 @@ def _act(agent: Any, obs: jax.Array, key: jax.Array, step: jax.Array) -> jax.Arr
     return agent.sample_actions(obs, jax.random.fold_in(key, step))
 
 
-def _update_and_act(
-    agent: Any,
-    rng: jax.Array,
-    nonfinite: jax.Array,
-    buffer: BufferState,
-    prior: BufferState | None,
-    obs: jax.Array,
-    act_key: jax.Array,
-    step: jax.Array,
-    **sizes: Any,
-) -> tuple[Any, jax.Array, jax.Array, dict[str, jax.Array], jax.Array]:
-    """``_update_step`` then the next exploration action, in one call (one dispatch per step)."""
-    agent, rng, nonfinite, info = _update_counted(agent, rng, nonfinite, buffer, prior, **sizes)
-    return agent, rng, nonfinite, info, _act(agent, obs, act_key, step)
+class _Sampler:
+    """Minibatch rows drawn on the host, uniformly with replacement, before they are needed.
 
+    ``num_updates`` minibatches of ``batch_size`` rows each: ``round(prior_ratio * batch_size)``
+    rows of the offline data (when there is some) and the rest of the replay buffer.
+    """
 
-def _update_counted(
-    agent: Any,
-    rng: jax.Array,
-    nonfinite: jax.Array,
-    buffer: BufferState,
-    prior: BufferState | None,
-    **sizes: Any,
-) -> tuple[Any, jax.Array, jax.Array, dict[str, jax.Array]]:
-    """``_update_step``, adding its count of non-finite updates to the loop's ``nonfinite``."""
-    agent, rng, info = _update_step(agent, rng, buffer, prior, **sizes)
-    return agent, rng, nonfinite + info.pop(NONFINITE), info
+    def __init__(self, seed: int, num_updates: int, batch_size: int, prior: Any, ratio: float):
+        self.rng = np.random.default_rng([seed, 3])
+        n_prior = int(round(ratio * batch_size)) if prior is not None and ratio > 0 else 0
+        self.prior_size = int(prior.size) if n_prior else 0
+        self.shape, self.prior_shape = (num_updates, batch_size - n_prior), (num_updates, n_prior)
+
+    def draw(self, size: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Rows of a buffer holding ``size`` rows, and rows of the offline data (or None)."""
+        rows = self.rng.integers(0, max(size, 1), self.shape, dtype=np.int32)
+        if not self.prior_size:
+            return rows, None
+        return rows, self.rng.integers(0, self.prior_size, self.prior_shape, dtype=np.int32)
 
 
 class _Host:
     """What the loop keeps on the host between steps; checkpointed as JSON metadata.
 
-    The observation, the warm-up RNG, running episode statistics, the action computed with the
-    last update (``pending``) and, for agents whose rows need later steps (next actions,
-    Monte-Carlo returns), the ``EpisodeTracker``.
+    The observation, the warm-up RNG, the minibatch sampler, running episode statistics, the
+    action computed after the last update (``pending``), where the buffer's next row goes
+    (``pos``, ``size``, mirrored from the device) and, for agents whose rows need later steps
+    (next actions, Monte-Carlo returns), the ``EpisodeTracker``.
     """
 
-    def __init__(self, spec: AgentSpec, acfg: Any, env: HostEnv, seed: int):
+    def __init__(
+        self, spec: AgentSpec, acfg: Any, env: HostEnv, seed: int, buffer: Any, sampler: _Sampler
+    ):
         n = env.num_envs
         self.spec, self.env, self.capacity = spec, env, acfg.buffer_size
+        self.sampler = sampler
+        self.pos, self.size = (int(x) for x in jax.device_get((buffer.pos, buffer.size)))
         self.np_rng = np.random.default_rng(seed)
         self.obs = env.reset(seed=seed)
         self.ep_return, self.ep_length = np.zeros(n), np.zeros(n, np.int64)
@@ -169,9 +198,19 @@ class _Host:
         if step < agent.config.learning_starts:
             shape = (self.env.num_envs, self.env.action_dim)
             return self.np_rng.uniform(-1.0, 1.0, shape).astype(np.float32)
-        if self.pending is None:  # the first policy step; afterwards the update call computes it
+        if self.pending is None:  # the first policy step; afterwards the loop dispatches it
             self.pending = act_fn(agent, self.obs, act_key, step)
         return np.asarray(self.pending)
+
+    def rows_written(self) -> np.ndarray | None:
+        """The buffer rows the next ``store`` writes, or None where they are not known ahead.
+
+        Agents whose rows wait for later steps (next actions, Monte-Carlo returns) write rows
+        of earlier steps too, so their updates always wait for the write.
+        """
+        if self.tracker is not None:
+            return None
+        return (self.pos + np.arange(self.env.num_envs)) % self.capacity
 
     def store(self, state: LoopState, action: Any, out: tuple) -> LoopState:
         """Add the step ``(obs, action) -> out`` (``env.step``'s result) to the buffer.
@@ -198,6 +237,8 @@ class _Host:
         if self.tracker is not None:
             self.tracker.next_rows()
         state = state.replace(buffer=self.add_fn(state.buffer, transition))
+        n = len(transition.reward)
+        self.pos, self.size = (self.pos + n) % self.capacity, min(self.size + n, self.capacity)
         if self.tracker is not None:
             for rows, returns in self.tracker.record(transition.reward, done):
                 if self.spec.needs_mc_return:
@@ -218,6 +259,7 @@ class _Host:
         """The checkpoint's JSON record of the host side."""
         return {
             "np_rng": self.np_rng.bit_generator.state,
+            "sample_rng": self.sampler.rng.bit_generator.state,
             "ep_return": self.ep_return.tolist(),
             "ep_length": self.ep_length.tolist(),
             "recent_returns": list(self.recent),
@@ -230,6 +272,7 @@ class _Host:
     def load(self, meta: dict[str, Any]) -> None:
         """Restore ``meta``; a simulator that cannot save its state restarts its episodes."""
         self.np_rng.bit_generator.state = meta["np_rng"]
+        self.sampler.rng.bit_generator.state = meta["sample_rng"]
         self.ep_return = np.array(meta["ep_return"])
         self.ep_length = np.array(meta["ep_length"], np.int64)
         self.recent.extend(meta["recent_returns"])
@@ -288,44 +331,46 @@ def train_host(
     acfg, n = agent.config, env.num_envs
     h = Harness(spec.name, cfg, [out], step_offset=step_offset, score_fn=score_fn)
     legacy = "offline" if step_offset else None  # checkpoints from before phases were recorded
-    state, metas = h.resume(init_loop_state(spec, agent, env, cfg.seed), legacy)
+    state, metas = h.resume(init_loop_state(spec, agent, env), legacy)
     # Committed to one device, as the update's outputs are: a pretrained or restored agent holds
     # uncommitted arrays, and the update would compile a second time on its second call.
     state, prior = jax.device_put((state, prior), jax.devices()[0])
-    host = _Host(spec, acfg, env, cfg.seed)
+    num_updates = acfg.utd_ratio * n
+    sampler = _Sampler(cfg.seed, num_updates, acfg.batch_size, prior, prior_ratio)
+    host = _Host(spec, acfg, env, cfg.seed, state.buffer, sampler)
     if metas:
         host.load(metas[0])
     if (done := h.completed()) is not None:
         return done[0]
-    num_updates = acfg.utd_ratio * n
-    sizes = {"num_updates": num_updates, "batch_size": acfg.batch_size, "prior_ratio": prior_ratio}
-    step_fn = _update_counted if cfg.overlap else _update_and_act
-    update_fn = jax.jit(partial(step_fn, **sizes), donate_argnums=(0, 1, 2))
+    learn_fn = jax.jit(_learn, donate_argnums=(0, 1))
     act_fn, act_key = jax.jit(_act), jax.random.key(cfg.seed + 2)
     evaluate_fn = evaluator(eval_env, cfg.seed + 10_000)
     info: dict[str, Any] = {}
+
+    def update(state: LoopState, rows: tuple) -> tuple[LoopState, dict[str, jax.Array]]:
+        agent, bad, info = learn_fn(state.agent, state.nonfinite, state.buffer, prior, *rows)
+        return state.replace(agent=agent, nonfinite=bad), info
+
     with h:
         while h.running():
             action = host.action(state.agent, h.step, act_fn, act_key)
-            result = env.step(action)
-            state = host.store(state, action, result)
             # With next actions the first step's rows enter the buffer one step late.
             learn = h.step >= max(acfg.learning_starts, n if spec.needs_next_action else 0)
+            rows, early = None, False
+            if learn and (written := host.rows_written()) is not None:
+                rows = sampler.draw(min(host.size + n, host.capacity))
+                # When the update reads none of the rows this step writes, it can run on the
+                # device during the env step and the write, with the same result.
+                early = not np.isin(rows[0], written).any()
+                if early:
+                    state, info = update(state, rows)
+            result = env.step(action)
+            state = host.store(state, action, result)
             at = h.advance(n, num_updates if learn else 0)
-            if learn and cfg.overlap:
-                # Dispatched before the update that donates the agent: the next action uses the
-                # parameters from before it, and the device runs the update during the env step.
+            if learn:
+                if not early:
+                    state, info = update(state, rows or sampler.draw(host.size))
                 host.pending = act_fn(state.agent, host.obs, act_key, h.step)
-                agent_, rng_, bad, info = update_fn(
-                    state.agent, state.rng, state.nonfinite, state.buffer, prior
-                )
-                state = state.replace(agent=agent_, rng=rng_, nonfinite=bad)
-            elif learn:
-                agent_, rng_, bad, info, host.pending = update_fn(
-                    state.agent, state.rng, state.nonfinite, state.buffer, prior, host.obs,
-                    act_key, h.step,
-                )  # fmt: skip
-                state = state.replace(agent=agent_, rng=rng_, nonfinite=bad)
             host.end_step(result[2], result[3] | result[4])
             if at.log:
                 h.log(_row(h, host, info, state, at.eval and evaluate_fn, step_offset))
