@@ -183,20 +183,24 @@ def main() -> None:
     }
     res["matmul_peak_gflops"] = matmul_peak()
     print(f"matmul peak: {res['matmul_peak_gflops']:.1f} GFLOP/s", flush=True)
-    for name in ("sac", "td3"):
-        u = update_rate(name)
-        # One update per call, as the host loop dispatches them: its ceiling on this machine.
-        u["updates_per_s_one_per_call"] = update_rate(name, k=1, calls=500)["updates_per_s"]
-        u["gflops"] = u["updates_per_s"] * u["gflop_per_update"]
-        u["peak_fraction"] = u["gflops"] / res["matmul_peak_gflops"]
-        res[name] = u
-        print(f"{name}: {u}", flush=True)
-    # End-to-end runs alternate between jaxrl and sbx so that both see the same machine load.
+    # Every round measures the update rates next to the end-to-end runs, and the runs alternate
+    # between jaxrl and sbx, so that all figures see the same machine load (medians reported).
+    fused = {n: {"updates_per_s": [], "updates_per_s_one_per_call": []} for n in ("sac", "td3")}
     e2e = {"sac": [], "td3": [], "sbx": []}
     for r in range(args.rounds):
-        for name in ("sac", "td3") if r == 0 else ("sac",):
+        for name in ("sac", "td3"):
+            u = update_rate(name)
+            res[name] = {"gflop_per_update": u["gflop_per_update"]}
+            fused[name]["updates_per_s"].append(u["updates_per_s"])
+            # One update per call, as the host loop dispatches them: its ceiling here.
+            one = update_rate(name, k=1, calls=500)["updates_per_s"]
+            fused[name]["updates_per_s_one_per_call"].append(one)
             e2e[name].append(end_to_end(name, args.steps, args.learning_starts, args.warmup))
-            print(f"jaxrl {name} end-to-end: {e2e[name][-1]:.1f} env-steps/s", flush=True)
+            print(
+                f"round {r} {name}: fused {u['updates_per_s']:.1f} updates/s, one per call "
+                f"{one:.1f}, end to end {e2e[name][-1]:.1f} env-steps/s",
+                flush=True,
+            )
         if not args.no_peers:
             peer = sbx_rate(args.steps, args.learning_starts, args.warmup)
             if peer is not None:
@@ -204,12 +208,24 @@ def main() -> None:
                 e2e["sbx"].append(peer["env_steps_per_s"])
                 print(f"sbx SAC end-to-end: {peer['env_steps_per_s']:.1f} env-steps/s", flush=True)
     for name in ("sac", "td3"):
-        res[name]["env_steps_per_s"] = float(np.median(e2e[name]))
-        res[name]["env_steps_per_s_runs"] = e2e[name]
+        u = res[name]
+        for key, runs in fused[name].items():
+            u[key], u[key + "_runs"] = float(np.median(runs)), runs
+        u["gflops"] = u["updates_per_s"] * u["gflop_per_update"]
+        u["peak_fraction"] = u["gflops"] / res["matmul_peak_gflops"]
+        u["env_steps_per_s"] = float(np.median(e2e[name]))
+        u["env_steps_per_s_runs"] = e2e[name]
+        u["end_to_end_over_fused_runs"] = [
+            e / f for e, f in zip(e2e[name], fused[name]["updates_per_s"], strict=True)
+        ]
     if e2e["sbx"]:
         res["sbx_sac"]["env_steps_per_s"] = float(np.median(e2e["sbx"]))
         res["sbx_sac"]["env_steps_per_s_runs"] = e2e["sbx"]
     write_tables(res)
+
+
+def _runs(xs: list[float]) -> str:
+    return ", ".join(f"{x:.0f}" for x in xs)
 
 
 def write_tables(res: dict) -> None:
@@ -218,6 +234,7 @@ def write_tables(res: dict) -> None:
     with open(os.path.join(ROOT, "benchmarks", "results", "throughput.json"), "w") as f:
         json.dump(res, f, indent=2)
     sbx = res.get("sbx_sac")
+    notes: list[str] = []
     lines = [
         "# Throughput: SAC and TD3 on HalfCheetah-v5",
         "",
@@ -236,6 +253,13 @@ def write_tables(res: dict) -> None:
     for name in ("sac", "td3"):
         u = res[name]
         e = u["env_steps_per_s"]
+        notes.append(
+            f"{name.upper()} per round: fused {_runs(u['updates_per_s_runs'])}; one per call "
+            f"{_runs(u['updates_per_s_one_per_call_runs'])}; end to end "
+            f"{_runs(u['env_steps_per_s_runs'])}; end to end / fused "
+            + ", ".join(f"{x:.2f}" for x in u["end_to_end_over_fused_runs"])
+            + "."
+        )
         lines.append(
             f"| jaxrl {name.upper()} | {u['updates_per_s']:.0f} | {u['gflop_per_update']:.3f} | "
             f"{u['gflops']:.0f} | {100 * u['peak_fraction']:.0f}% | "
@@ -246,12 +270,13 @@ def write_tables(res: dict) -> None:
             f"| sbx-rl {sbx['sbx_version']} SAC | - | - | - | - | - | "
             f"{sbx['env_steps_per_s']:.0f} | |"
         )
-        runs = lambda xs: ", ".join(f"{x:.0f}" for x in xs)  # noqa: E731
+    lines += ["", *notes]
+    if sbx:
         lines += [
             "",
             f"End-to-end figures are medians of alternating runs (jaxrl SAC: "
-            f"{runs(res['sac']['env_steps_per_s_runs'])}; sbx SAC: "
-            f"{runs(sbx['env_steps_per_s_runs'])} env-steps/s), each timed after "
+            f"{_runs(res['sac']['env_steps_per_s_runs'])}; sbx SAC: "
+            f"{_runs(sbx['env_steps_per_s_runs'])} env-steps/s), each timed after "
             "learning_starts + 1,000 updates so that compilation is excluded.",
             "",
             f"jaxrl SAC / sbx SAC end-to-end: "

@@ -175,7 +175,7 @@ class _Host:
     ):
         n = env.num_envs
         self.spec, self.env, self.capacity = spec, env, acfg.buffer_size
-        self.sampler = sampler
+        self.learning_starts, self.sampler = acfg.learning_starts, sampler
         self.pos, self.size = (int(x) for x in jax.device_get((buffer.pos, buffer.size)))
         self.np_rng = np.random.default_rng(seed)
         self.obs = env.reset(seed=seed)
@@ -193,13 +193,16 @@ class _Host:
         self.no_next_mask = np.zeros(n, np.float32) if spec.needs_next_action else None
         self.unknown_return = np.full(n, -np.inf, np.float32) if spec.needs_mc_return else None
 
-    def action(self, agent: Any, step: int, act_fn: Any, act_key: jax.Array) -> np.ndarray:
+    def dispatch_action(self, agent: Any, step: int, act_fn: Any, act_key: jax.Array) -> None:
+        """Start computing the first policy action (later ones are dispatched after updates)."""
+        if step >= self.learning_starts and self.pending is None:
+            self.pending = act_fn(agent, self.obs, act_key, step)
+
+    def action(self, step: int) -> np.ndarray:
         """Uniform actions before ``learning_starts``, then the policy's (``pending``)."""
-        if step < agent.config.learning_starts:
+        if step < self.learning_starts:
             shape = (self.env.num_envs, self.env.action_dim)
             return self.np_rng.uniform(-1.0, 1.0, shape).astype(np.float32)
-        if self.pending is None:  # the first policy step; afterwards the loop dispatches it
-            self.pending = act_fn(agent, self.obs, act_key, step)
         return np.asarray(self.pending)
 
     def rows_written(self) -> np.ndarray | None:
@@ -353,17 +356,19 @@ def train_host(
 
     with h:
         while h.running():
-            action = host.action(state.agent, h.step, act_fn, act_key)
+            host.dispatch_action(state.agent, h.step, act_fn, act_key)
             # With next actions the first step's rows enter the buffer one step late.
             learn = h.step >= max(acfg.learning_starts, n if spec.needs_next_action else 0)
             rows, early = None, False
             if learn and (written := host.rows_written()) is not None:
                 rows = sampler.draw(min(host.size + n, host.capacity))
-                # When the update reads none of the rows this step writes, it can run on the
-                # device during the env step and the write, with the same result.
+                # When the update reads none of the rows this step writes, it is dispatched now,
+                # before the wait for this step's action: the device queues it behind that
+                # action and runs it during the env step and the write, with the same result.
                 early = not np.isin(rows[0], written).any()
                 if early:
                     state, info = update(state, rows)
+            action = host.action(h.step)
             result = env.step(action)
             state = host.store(state, action, result)
             at = h.advance(n, num_updates if learn else 0)
