@@ -202,6 +202,13 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
         raise ValueError(f"{run_dir} was trained with unknown agent {config['agent']!r}.")
     spec = registry.get(config["agent"])
     agent_cfg = spec.make_config(**config["agent_config"])
+    unknown = sorted(set(config["train"]) - {f.name for f in dataclasses.fields(TrainConfig)})
+    if unknown:
+        raise ValueError(
+            f"{run_dir}/config.json has loop options this version of jaxrl does not know "
+            f"({', '.join(unknown)}): the run was written by another version. Load it with that "
+            "version, or retrain."
+        )
     train_cfg = TrainConfig(**_tuples(config["train"]))
     ckpt = Checkpointer(os.path.join(run_dir, "checkpoints"))
     if ckpt.latest_step() is None:

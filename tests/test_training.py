@@ -374,3 +374,16 @@ def test_train_online_script_runs_end_to_end(tmp_path):
     summary = script["main"](args)
     assert summary["completed"] and summary["agent"] == "td3"
     assert os.path.exists(tmp_path / "s" / "learning_curve.png")
+
+
+def test_eval_of_a_run_from_another_version_names_its_unknown_options(tmp_path, capsys):
+    _run("sac", "Pendulum-v1", tmp_path, 60, learning_starts=20)
+    path = tmp_path / "config.json"
+    config = json.loads(path.read_text())
+    config["train"]["overlap"] = True  # an option of another jaxrl version
+    path.write_text(json.dumps(config))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", str(tmp_path), "--episodes", "1"])
+    assert exit_info.value.code == 2
+    assert "loop options this version of jaxrl does not know (overlap)" in capsys.readouterr().err
