@@ -7,11 +7,12 @@ from jaxrl.buffers import (
     make_replay_buffer,
     sample_minibatches,
     sample_mixed,
+    sample_sequences,
 )
 from jaxrl.checkpoint import Checkpointer, CheckpointError
 from jaxrl.config import ConfigError
 from jaxrl.distributions import TanhNormal
-from jaxrl.envs import EnvError, HostEnv, make_env, make_jax_env
+from jaxrl.envs import EnvError, HostEnv, episode_length, make_env, make_jax_env
 from jaxrl.episodes import EpisodeTracker, monte_carlo_returns
 from jaxrl.types import Batch, Rollout, Transition
 
@@ -63,11 +64,13 @@ __all__ = [
     "TanhNormal",
     "Transition",
     "buffer_from_arrays",
+    "episode_length",
     "make_env",
     "make_jax_env",
     "make_replay_buffer",
     "monte_carlo_returns",
     "sample_minibatches",
     "sample_mixed",
+    "sample_sequences",
     *_LOOP_NAMES,
 ]

@@ -161,3 +161,80 @@ def set_rows(state: BufferState, field: str, rows: jax.Array, values: jax.Array)
     """
     column = getattr(state.data, field).at[rows].set(values, mode="drop")
     return state.replace(data=state.data._replace(**{field: column}))
+
+
+# ------------------------------------------------------------------------ sequences of steps
+
+
+def sequence_rows(state: Any, offsets: Any, length: int, stride: int, xp: Any = jnp) -> Any:
+    """Buffer rows of sequences that start ``offsets`` rows after the oldest row.
+
+    A step of one env is ``stride`` rows after its previous step (``num_envs`` when each loop
+    step writes one row per env), so sequence ``i`` is rows ``oldest + offsets[i] + stride * k``,
+    ``k < length`` (modulo the capacity). ``state`` is a ``BufferState`` or anything with
+    ``pos``, ``size`` and ``capacity``; ``xp`` is ``jax.numpy`` or ``numpy`` (the host loop
+    draws rows on the host).
+
+    Returns:
+        Integer rows of shape ``offsets.shape + (length,)``.
+    """
+    capacity = state.capacity
+    oldest = (state.pos - state.size) % capacity
+    steps = xp.arange(length) * stride
+    return (oldest + offsets[..., None] + steps) % capacity
+
+
+def sequence_offsets_bound(size: Any, length: int, stride: int, xp: Any = jnp) -> Any:
+    """How many start offsets have a whole sequence written after them (at least 1)."""
+    return xp.maximum(size - stride * (length - 1), 1)
+
+
+def pick_sequences(state: BufferState, rows: jax.Array, batch_size: int) -> Any:
+    """``batch_size`` sequences among candidate ``rows`` (``[..., candidates, length]``).
+
+    A candidate is kept when each step's ``next_obs`` is the following step's ``obs``: the
+    sequence stays inside one episode (after an episode end the next row holds a reset
+    observation) and never runs into rows the buffer overwrote. The first ``batch_size`` kept
+    candidates are returned; when fewer are kept, kept ones repeat (all of them when none is,
+    which happens only before enough steps were stored).
+
+    Returns:
+        The data with leading axes ``[..., batch_size, length]``.
+    """
+
+    def pick(rows: jax.Array) -> Any:
+        obs, next_obs = state.data.obs, state.data.next_obs
+        same = next_obs[rows[:, :-1]] == obs[rows[:, 1:]]
+        valid = jnp.all(same.reshape(*rows.shape[:1], -1), axis=-1)
+        order = jnp.argsort(~valid, stable=True)
+        count = jnp.maximum(jnp.sum(valid), 1)
+        chosen = rows[order[jnp.arange(batch_size) % count]]
+        return buffer_gather(state, chosen)
+
+    flat = rows.reshape(-1, *rows.shape[-2:])
+    out = jax.vmap(pick)(flat)
+    return jax.tree.map(lambda x: x.reshape(*rows.shape[:-2], *x.shape[1:]), out)
+
+
+def sample_sequences(
+    state: BufferState,
+    key: jax.Array,
+    num_batches: int,
+    batch_size: int,
+    length: int,
+    stride: int = 1,
+    oversample: int = 2,
+) -> Any:
+    """``num_batches`` minibatches of ``batch_size`` sequences of ``length`` consecutive steps.
+
+    Starts are drawn uniformly among the rows with a whole sequence written after them
+    (``oversample * batch_size`` candidates per minibatch) and kept by ``pick_sequences``.
+    Cost: O(rows gathered), independent of the capacity.
+
+    Returns:
+        The data with leading axes ``[num_batches, batch_size, length]``.
+    """
+    shape = (num_batches, oversample * batch_size)
+    bound = sequence_offsets_bound(state.size, length, stride)
+    offsets = jax.random.randint(key, shape, 0, bound)
+    return pick_sequences(state, sequence_rows(state, offsets, length, stride), batch_size)

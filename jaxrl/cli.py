@@ -90,6 +90,10 @@ def train(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     from jaxrl.envs.jax_envs import is_jax_env
 
     spec = registry.get(agent_name)
+    if spec.env_defaults is not None:
+        from jaxrl.envs import episode_length
+
+        agent_cfg = spec.with_env_defaults(agent_cfg, episode_length(train_cfg.env))
     if train_cfg.dataset:
         return _train_with_dataset(spec, train_cfg, agent_cfg)
     if train_cfg.online_steps or train_cfg.offline_steps is not None:
@@ -185,7 +189,8 @@ def _train_jax(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     from jaxrl.loops import default_out, prepare_run_dir, run_config, train_fused
     from jaxrl.runs import make_jax_envs
 
-    num_envs = train_cfg.num_envs or 64
+    # Planners plan for each env at every step: one env unless asked.
+    num_envs = train_cfg.num_envs or (1 if spec.kind == "planner" else 64)
     train_cfg = dc.replace(train_cfg, num_envs=num_envs)
     env, eval_env = make_jax_envs(train_cfg.env, num_envs, train_cfg.eval_episodes, agent_cfg, spec)
     out = train_cfg.out or default_out(spec.name, train_cfg)
@@ -225,6 +230,7 @@ def _train_jax(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
 def evaluate_run(run_dir: str, episodes: int | None = None) -> dict[str, Any]:
     """Restore the newest checkpoint of ``run_dir`` and evaluate its deterministic policy."""
     from jaxrl import registry
+    from jaxrl.acting import acting
     from jaxrl.envs import make_env
     from jaxrl.envs.jax_envs import is_jax_env
     from jaxrl.evaluation import evaluate, evaluate_jax
@@ -234,16 +240,17 @@ def evaluate_run(run_dir: str, episodes: int | None = None) -> dict[str, Any]:
     episodes = episodes or run.train_config.eval_episodes
     env_id = run.config["env"]
     seed = run.train_config.seed + 20_000
+    spec = registry.get(run.config["agent"])
+    policy = acting(spec)
     if is_jax_env(env_id):
         import jax
 
-        spec = registry.get(run.config["agent"])
         _, eval_env = make_jax_envs(env_id, 1, episodes, run.agent_config, spec)
-        fn = jax.jit(lambda a, s: evaluate_jax(a, eval_env, jax.random.key(seed), s))
+        fn = jax.jit(lambda a, s: evaluate_jax(a, eval_env, jax.random.key(seed), s, policy))
         returns = fn(run.agent, run.obs_stats)
     else:
         env = make_env(env_id, episodes)
-        returns = evaluate(run.agent, env, seed)
+        returns = evaluate(run.agent, env, seed, policy=policy)
         env.close()
     result = {
         "return_mean": float(returns.mean()),

@@ -8,6 +8,7 @@ A new agent is one file plus one ``register`` line at the bottom of this module.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, Literal
 
 Kind = Literal["off-policy", "on-policy", "offline", "planner"]
@@ -46,6 +47,14 @@ class AgentSpec:
         env_obs_norm: the config's ``normalize_observations`` means a running-statistics
             observation wrapper on the training envs (PPO); otherwise it is the agent's own
             business (dataset statistics) and the envs are never wrapped for it.
+        sequence_field: the config field holding a sequence length ``H``: each minibatch holds
+            runs of ``H`` consecutive steps of one episode (leaves ``[batch, H, ...]``) instead
+            of single rows (TD-MPC2's ``horizon``); None for single rows.
+        burst_at_start: when learning starts, the loops first run ``learning_starts`` gradient
+            steps on the random-action data (TD-MPC2's pretraining on its seed steps).
+        env_defaults: ``(config, episode_length) -> {field: value}``, settings derived from the
+            env (TD-MPC2's discount heuristic); the command line applies them to the fields the
+            user left at their defaults. None when nothing depends on the env.
     """
 
     name: str
@@ -57,6 +66,9 @@ class AgentSpec:
     horizon_field: str | None = None
     data_norm: bool = False
     env_obs_norm: bool = False
+    sequence_field: str | None = None
+    burst_at_start: bool = False
+    env_defaults: Callable[[Any, int], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -64,16 +76,34 @@ class AgentSpec:
                 f"AgentSpec {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}."
             )
         fields = {f.name for f in dataclasses.fields(self.config)}
-        if self.horizon_field is not None and self.horizon_field not in fields:
-            raise ValueError(
-                f"AgentSpec {self.name!r}: horizon_field {self.horizon_field!r} is not a field of "
-                f"{self.config.__name__}."
-            )
+        for attr in ("horizon_field", "sequence_field"):
+            field = getattr(self, attr)
+            if field is not None and field not in fields:
+                raise ValueError(
+                    f"AgentSpec {self.name!r}: {attr} {field!r} is not a field of "
+                    f"{self.config.__name__}."
+                )
 
     @property
     def offline(self) -> bool:
         """True for agents that learn from a dataset first (the offline loop)."""
         return self.kind == "offline"
+
+    def sequence_length(self, config: Any) -> int | None:
+        """Steps per sequence in a minibatch (``sequence_field``), or None for single rows."""
+        return None if self.sequence_field is None else getattr(config, self.sequence_field)
+
+    def with_env_defaults(self, config: Any, episode_length: int) -> Any:
+        """``config`` with the settings ``env_defaults`` derives from the env's episode length.
+
+        Only fields still at their class default change: a value the user chose stays.
+        """
+        if self.env_defaults is None:
+            return config
+        default = self.config()
+        derived = self.env_defaults(config, episode_length)
+        keep = {k: v for k, v in derived.items() if getattr(config, k) == getattr(default, k)}
+        return dataclasses.replace(config, **keep)
 
     def make_config(self, **fields: Any) -> Any:
         """The agent's config from JSON-like fields (lists become tuples, as the CLI gives them)."""

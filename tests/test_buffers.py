@@ -247,3 +247,85 @@ def test_sample_mixed_invalid_ratio(ratio):
     state = _constant_reward_state(1.0, 4)
     with pytest.raises(ValueError, match="ratio_a"):
         sample_mixed(state, state, jax.random.key(0), 8, ratio)
+
+
+# ------------------------------------------------------------------------ sequences of steps
+
+
+def _episodes(num_envs: int, lengths: list[int], steps: int) -> list[Transition]:
+    """``steps`` loop steps of ``num_envs`` envs, each running episodes of ``lengths[env]``.
+
+    The observation is ``[env, episode, t]``: the true next observation is ``t + 1`` of the
+    same episode, and the step after an episode's last one starts a new episode at ``t = 0``.
+    Returns one ``Transition`` of ``num_envs`` rows per loop step (the order the loops add them).
+    """
+    out, t, ep = [], np.zeros(num_envs, int), np.zeros(num_envs, int)
+    for _ in range(steps):
+        obs = np.stack([np.arange(num_envs), ep, t], 1).astype(np.float32)
+        nxt = np.stack([np.arange(num_envs), ep, t + 1], 1).astype(np.float32)
+        last = t + 1 == np.asarray(lengths)
+        out.append(
+            Transition(
+                obs,
+                np.zeros((num_envs, 1), np.float32),
+                obs[:, 2].copy(),
+                nxt,
+                np.zeros(num_envs, np.float32),
+            )
+        )
+        t, ep = np.where(last, 0, t + 1), np.where(last, ep + 1, ep)
+    return out
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+@pytest.mark.parametrize("capacity", [64, 1000])
+def test_sampled_sequences_are_consecutive_steps_of_one_episode(num_envs, capacity):
+    from jaxrl.buffers import sample_sequences
+
+    length, steps = 4, 120
+    buf = make_replay_buffer(capacity)
+    state = buf.init(jax.tree.map(lambda x: x[0], _episodes(num_envs, [5] * num_envs, 1)[0]))
+    for tr in _episodes(num_envs, [5, 7, 9][:num_envs], steps):
+        state = buf.add(state, tr)
+    batch = sample_sequences(state, jax.random.key(0), 3, 64, length, stride=num_envs)
+    obs, nxt = np.asarray(batch.obs), np.asarray(batch.next_obs)
+    assert obs.shape == (3, 64, length, 3)
+    # Each step's true next observation is the following step's observation: one env, one
+    # episode, consecutive times; so no sequence crosses an episode end, nor the write pointer
+    # (with capacity 64 the buffer wrapped around: rows after the pointer are older steps).
+    np.testing.assert_array_equal(nxt[:, :, :-1], obs[:, :, 1:])
+    np.testing.assert_array_equal(obs[..., 2], obs[:, :, :1, 2] + np.arange(length))
+    assert (obs[..., 0] == obs[:, :, :1, 0]).all() and (obs[..., 1] == obs[:, :, :1, 1]).all()
+    # Every env and many starts are sampled (not one repeated candidate).
+    starts = {tuple(x) for x in obs[:, :, 0].reshape(-1, 3).tolist()}
+    assert len({s[0] for s in starts}) == num_envs and len(starts) > 20
+    # Only the newest rows are sampled once the buffer wrapped.
+    if capacity == 64:
+        newest = [
+            tuple(r)
+            for tr in _episodes(num_envs, [5, 7, 9][:num_envs], steps)[-64 // num_envs :]
+            for r in np.asarray(tr.obs).tolist()
+        ]
+        assert starts <= set(newest)
+
+
+def test_host_drawn_sequence_rows_match_the_device_layout():
+    from jaxrl.buffers import pick_sequences, sequence_rows
+
+    capacity, length = 50, 3
+    buf = make_replay_buffer(capacity)
+    eps = _episodes(2, [6, 4], 40)
+    state = buf.init(jax.tree.map(lambda x: x[0], eps[0]))
+    for tr in eps:
+        state = buf.add(state, tr)
+    offsets = np.arange(10)
+    host = sequence_rows(state, offsets, length, 2, xp=np)
+    np.testing.assert_array_equal(
+        host, np.asarray(sequence_rows(state, jnp.asarray(offsets), length, 2))
+    )
+    # Oldest row first: the buffer wrapped (80 rows written), so offset 0 is row pos.
+    assert host[0, 0] == int(state.pos) and (np.diff(host, axis=1) % capacity == 2).all()
+    picked = pick_sequences(state, jnp.asarray(host)[None], 4)
+    obs = np.asarray(picked.obs)
+    assert obs.shape == (1, 4, length, 3)
+    np.testing.assert_array_equal(np.asarray(picked.next_obs)[0, :, :-1], obs[0, :, 1:])

@@ -17,7 +17,7 @@ from flax import struct
 from jaxrl.buffers import buffer_from_arrays, make_replay_buffer, sample_minibatches
 from jaxrl.episodes import EpisodeTracker, monte_carlo_returns
 from jaxrl.loops import TrainConfig
-from jaxrl.loops.host import _learn, _Sampler, _update_step
+from jaxrl.loops.host import _learn, _Rows, _Sampler, _update_step
 from jaxrl.offline.cql import CQL, CalQLConfig, calibrate
 from jaxrl.offline.dataset import Dataset
 from jaxrl.types import Transition
@@ -106,7 +106,7 @@ def test_offline_ratio_of_every_sampled_batch_matches_the_config(ratio):
     np.testing.assert_allclose(shares, round(ratio * batch_size) / batch_size)
     # The host loop draws its rows on the host and mixes them the same way (per gradient step).
     sampler = _Sampler(0, 4, batch_size, prior, ratio)
-    rows = sampler.draw(n_online)
+    rows = sampler.draw(_Rows(pos=n_online, size=n_online, capacity=100))
     assert (rows[0] < n_online).all() and (rows[1] is None or (rows[1] < n_prior).all())
     agent, bad, info = jax.jit(_learn)(_Probe(jnp.int32(0)), jnp.int32(0), online, prior, *rows)
     assert int(agent.seen) == 4 and int(bad) == 0

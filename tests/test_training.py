@@ -204,7 +204,7 @@ def test_updates_dispatched_before_the_env_step_change_nothing(tmp_path, monkeyp
     record = lambda self: written.append(rows_written(self)) or written[-1]  # noqa: E731
     monkeypatch.setattr(host_lib._Host, "rows_written", record)
     monkeypatch.setattr(
-        host_lib._Sampler, "draw", lambda self, size: drawn.append(draw(self, size)) or drawn[-1]
+        host_lib._Sampler, "draw", lambda self, *a: drawn.append(draw(self, *a)) or drawn[-1]
     )
     _run("sac", "InvertedPendulum-v5", tmp_path / "early", 700, **_copy(kw))
     # 600 learning steps; with a 300-row buffer a 64-row minibatch reads the row being written

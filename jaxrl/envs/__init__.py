@@ -1,7 +1,7 @@
 """Environments: host (Gymnasium) vector envs and JAX envs (Brax / MJX, small pure-JAX envs)."""
 
 from jaxrl.envs.classic import CLASSIC_ENVS, CartPoleSwingUp, Pendulum, PointMass, make_classic
-from jaxrl.envs.gym import EnvError, HostEnv, make_env
+from jaxrl.envs.gym import EnvError, HostEnv, episode_length, make_env
 from jaxrl.envs.jax_envs import BRAX_ENVS, BraxCore, EnvState, VecEnv, is_jax_env, make_jax_env
 from jaxrl.envs.wrappers import (
     NormalizeObservation,
@@ -27,6 +27,7 @@ __all__ = [
     "RescaleAction",
     "RunningStats",
     "VecEnv",
+    "episode_length",
     "is_jax_env",
     "make_classic",
     "make_env",

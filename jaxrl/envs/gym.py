@@ -52,6 +52,20 @@ def _resolve_factory(env_id: str) -> EnvFactory:
     return lambda: gym.make(env_id)
 
 
+def episode_length(env_id: str) -> int:
+    """Steps in a full episode of ``env_id`` (its time limit; 1000 where it has none).
+
+    Works for JAX env ids too (``jax:NAME``, ``brax:NAME``), so settings derived from the
+    episode length (e.g. TD-MPC2's discount) need no knowledge of the env's kind.
+    """
+    if ":" in env_id and env_id.split(":", 1)[0] in ("jax", "brax"):
+        from jaxrl.envs.jax_envs import make_jax_env
+
+        return int(make_jax_env(env_id, 1).episode_length)
+    _resolve_factory(env_id)  # a clear error for an unknown id
+    return int(gym.spec(env_id).max_episode_steps or 1000)
+
+
 def check_spaces(env_id: str, env: gym.Env) -> None:
     """Raise ``EnvError`` unless the env has flat Box observations and bounded Box actions."""
     act, obs = env.action_space, env.observation_space

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxrl.acting import acting
 from jaxrl.buffers import BufferState, buffer_add, make_replay_buffer
 from jaxrl.evaluation import evaluate_jax
 from jaxrl.loops.config import TrainConfig
@@ -35,6 +36,7 @@ class FusedState(struct.PyTreeNode):
             and any per-episode randomization).
         rng: loop RNG (exploration, uniform warm-up actions, minibatch sampling).
         nonfinite: updates after which the agent held a NaN.
+        plan: a planner's carry between env steps (an empty tuple for policies).
     """
 
     agent: Any
@@ -42,6 +44,7 @@ class FusedState(struct.PyTreeNode):
     env: Any
     rng: jax.Array
     nonfinite: jax.Array = np.int32(0)
+    plan: Any = ()
 
 
 def init_fused_state(spec: AgentSpec, agent_config: Any, env: Any, seed: Any) -> FusedState:
@@ -55,7 +58,8 @@ def init_fused_state(spec: AgentSpec, agent_config: Any, env: Any, seed: Any) ->
     if spec.kind != "on-policy":
         example = Transition(obs, act, jnp.float32(0), obs, jnp.float32(0))
         buffer = make_replay_buffer(agent_config.buffer_size).init(example)
-    return FusedState(agent, buffer, env.reset(k_env), k_loop, jnp.zeros((), jnp.int32))
+    plan = acting(spec).init(agent, env.num_envs)
+    return FusedState(agent, buffer, env.reset(k_env), k_loop, jnp.zeros((), jnp.int32), plan)
 
 
 def _episode_stats(env_state: Any) -> tuple[jax.Array, jax.Array]:
@@ -65,30 +69,63 @@ def _episode_stats(env_state: Any) -> tuple[jax.Array, jax.Array]:
 
 
 def _off_policy_iteration(
-    state: FusedState, step: jax.Array, *, env: Any, num_updates: int
+    state: FusedState,
+    step: jax.Array,
+    *,
+    env: Any,
+    num_updates: int,
+    explore: Any,
+    sequence: tuple[int, int] | None,
+    burst: bool,
 ) -> tuple[FusedState, tuple[Any, ...]]:
-    """Act in every env, step, add the transitions, then ``num_updates`` gradient steps."""
+    """Act in every env, step, add the transitions, then ``num_updates`` gradient steps.
+
+    ``explore`` acts (``jaxrl.acting``); ``sequence`` makes minibatches of consecutive steps;
+    with ``burst``, the iteration where learning starts first runs ``learning_starts`` updates.
+    """
     acfg = state.agent.config
     rng, k_act, k_rand = jax.random.split(state.rng, 3)
     obs = state.env.obs
     warmup = jax.random.uniform(k_rand, (env.num_envs, env.action_size), minval=-1.0, maxval=1.0)
-    action = jnp.where(step < acfg.learning_starts, warmup, state.agent.sample_actions(obs, k_act))
+
+    def act(_: Any) -> tuple[jax.Array, Any]:
+        return explore(state.agent, state.plan, obs, state.env.time == 0, k_act)
+
+    # A conditional (the step is the same for every member), so warm-up steps do not plan.
+    action, plan = jax.lax.cond(
+        step < acfg.learning_starts, lambda _: (warmup, state.plan), act, None
+    )
     env_state = env.step(state.env, action)
     transition = Transition(
         obs, action, env_state.reward, env_state.info["final_obs"], env_state.terminated
     )
     buffer = buffer_add(state.buffer, transition)
 
-    def learn(agent: Any, rng: jax.Array) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
-        sizes = {"num_updates": num_updates, "batch_size": acfg.batch_size}
+    def learn(
+        agent: Any, rng: jax.Array, num: int = num_updates
+    ) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+        sizes = {"num_updates": num, "batch_size": acfg.batch_size, "sequence": sequence}
         return _update_step(agent, rng, buffer, None, **sizes)
 
     def skip(agent: Any, rng: jax.Array) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
         shapes = jax.eval_shape(learn, agent, rng)[2]
         return agent, rng, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
-    agent, rng, info = jax.lax.cond(step >= acfg.learning_starts, learn, skip, state.agent, rng)
-    new = FusedState(agent, buffer, env_state, rng, state.nonfinite + info.pop(NONFINITE))
+    agent, bad = state.agent, state.nonfinite
+    if burst and acfg.learning_starts > 0:
+
+        def pretrain(agent: Any, rng: jax.Array) -> tuple[Any, jax.Array, jax.Array]:
+            agent, rng, info = learn(agent, rng, acfg.learning_starts)
+            return agent, rng, info[NONFINITE]
+
+        def no_pretrain(agent: Any, rng: jax.Array) -> tuple[Any, jax.Array, jax.Array]:
+            return agent, rng, jnp.zeros((), jnp.int32)
+
+        first_learn = (step >= acfg.learning_starts) & (step < acfg.learning_starts + env.num_envs)
+        agent, rng, pre_bad = jax.lax.cond(first_learn, pretrain, no_pretrain, agent, rng)
+        bad = bad + pre_bad
+    agent, rng, info = jax.lax.cond(step >= acfg.learning_starts, learn, skip, agent, rng)
+    new = FusedState(agent, buffer, env_state, rng, bad + info.pop(NONFINITE), plan)
     return new, (info, *_episode_stats(env_state))
 
 
@@ -171,7 +208,17 @@ def _iteration(spec: AgentSpec, agent_config: Any, env: Any, cfg: TrainConfig) -
         iteration = partial(_on_policy_iteration, env=env, rollout_length=rollout_length)
         return iteration, rollout_length * n, 1
     num_updates = cfg.updates_per_step or agent_config.utd_ratio * n
-    return partial(_off_policy_iteration, env=env, num_updates=num_updates), n, num_updates
+    length = spec.sequence_length(agent_config)
+    sequence = None if length is None else (length, n)  # one env's steps are n rows apart
+    iteration = partial(
+        _off_policy_iteration,
+        env=env,
+        num_updates=num_updates,
+        explore=acting(spec).explore,
+        sequence=sequence,
+        burst=spec.burst_at_start,
+    )
+    return iteration, n, num_updates
 
 
 def jit_chunk(iteration: Any, num_iters: int, steps_per_iter: int) -> Any:
@@ -228,15 +275,22 @@ def train_fused(
     if (done := h.completed()) is not None:
         return done
     run_chunk = compile_cache(lambda k: jit_chunk(iteration, k, unit))
+    policy = acting(spec)
     eval_fn = jax.jit(
-        jax.vmap(lambda a, k, s: evaluate_jax(a, eval_env, k, s), in_axes=(0, None, 0))
+        jax.vmap(lambda a, k, s: evaluate_jax(a, eval_env, k, s, policy), in_axes=(0, None, 0))
     )
     eval_key = jax.random.key(cfg.seed + 10_000)
     with h:
         while h.running():
             iters = h.cadence.chunk(h.step, unit)
             states, metrics = run_chunk(iters)(states, jnp.int32(h.step))
-            at = h.advance(iters * unit, iters * updates_per_iter)
+            updates = iters * updates_per_iter
+            if (
+                spec.burst_at_start
+                and h.step <= agent_config.learning_starts < h.step + iters * unit
+            ):
+                updates += agent_config.learning_starts  # the pretraining burst ran in this chunk
+            at = h.advance(iters * unit, updates)
             metrics = jax.device_get(metrics)
             learned = spec.kind == "on-policy" or h.step - unit >= agent_config.learning_starts
             rows = _rows(metrics, learned, h.rate())

@@ -19,19 +19,24 @@ from __future__ import annotations
 
 from collections import deque
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxrl.acting import acting
 from jaxrl.buffers import (
     BufferState,
     buffer_add,
     buffer_gather,
     make_replay_buffer,
+    pick_sequences,
     sample_minibatches,
+    sample_sequences,
+    sequence_offsets_bound,
+    sequence_rows,
     set_rows,
 )
 from jaxrl.envs.gym import HostEnv
@@ -44,15 +49,17 @@ from jaxrl.types import Transition
 
 
 class LoopState(struct.PyTreeNode):
-    """Device-side loop state (what a checkpoint stores): agent and replay buffer.
+    """Device-side loop state (what a checkpoint stores): agent, replay buffer and plan.
 
-    ``nonfinite`` counts the updates after which the agent held a NaN. (The minibatch RNG lives
-    on the host, see ``_Sampler``.)
+    ``nonfinite`` counts the updates after which the agent held a NaN; ``plan`` is a planner's
+    carry between env steps (an empty tuple for policies, see ``jaxrl.acting``). (The minibatch
+    RNG lives on the host, see ``_Sampler``.)
     """
 
     agent: Any
     buffer: BufferState
     nonfinite: jax.Array = np.int32(0)
+    plan: Any = ()
 
 
 def init_loop_state(spec: AgentSpec, agent: Any, env: HostEnv) -> LoopState:
@@ -72,7 +79,8 @@ def init_loop_state(spec: AgentSpec, agent: Any, env: HostEnv) -> LoopState:
         next_action_mask=np.float32(0) if spec.needs_next_action else None,
     )
     buffer = make_replay_buffer(agent.config.buffer_size)
-    return LoopState(agent, buffer.init(example), jnp.zeros((), jnp.int32))
+    plan = acting(spec).init(agent, env.num_envs)
+    return LoopState(agent, buffer.init(example), jnp.zeros((), jnp.int32), plan)
 
 
 def _update_step(
@@ -84,16 +92,21 @@ def _update_step(
     num_updates: int,
     batch_size: int,
     prior_ratio: float = 0.0,
+    sequence: tuple[int, int] | None = None,
 ) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
     """Run ``num_updates`` gradient steps under ``lax.scan`` on minibatches sampled on the device.
 
     With ``prior`` (offline data) each minibatch mixes ``prior_ratio`` of its rows from it.
-    The returned metrics are the last update's, plus ``NONFINITE``: after how many of the
-    updates the agent held a NaN. (The fused loop's update; the host loop draws its rows on the
-    host, ``_learn``.)
+    With ``sequence = (length, stride)`` a minibatch holds runs of ``length`` consecutive steps
+    (``sample_sequences``). The returned metrics are the last update's, plus ``NONFINITE``:
+    after how many of the updates the agent held a NaN. (The fused loop's update; the host loop
+    draws its rows on the host, ``_learn``.)
     """
     rng, key = jax.random.split(rng)
-    batches = sample_minibatches(buffer, key, num_updates, batch_size, prior, prior_ratio)
+    if sequence is not None:
+        batches = sample_sequences(buffer, key, num_updates, batch_size, *sequence)
+    else:
+        batches = sample_minibatches(buffer, key, num_updates, batch_size, prior, prior_ratio)
     agent, info = _scan_updates(agent, batches)
     return agent, rng, info
 
@@ -117,17 +130,24 @@ def _learn(
     prior: BufferState | None,
     rows: jax.Array,
     prior_rows: jax.Array | None,
+    *,
+    sequences: int | None = None,
 ) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
     """The host loop's update: one gradient step per row of ``rows`` (``[updates, batch]``).
 
     With ``prior``, each minibatch is its ``prior_rows`` of the offline data followed by its
-    ``rows`` of the replay buffer (the layout of ``sample_minibatches``). ``nonfinite`` gains
-    the updates after which the agent held a NaN.
+    ``rows`` of the replay buffer (the layout of ``sample_minibatches``). With ``sequences``
+    (a batch size), ``rows`` are candidate sequences ``[updates, candidates, length]`` and each
+    minibatch is ``sequences`` of them (``pick_sequences``). ``nonfinite`` gains the updates
+    after which the agent held a NaN.
 
     The buffer is a read-only argument here and is written only by the separate ``buffer_add``
     call, which is what lets the loop dispatch this update before the env step.
     """
-    batches = buffer_gather(buffer, rows)
+    if sequences is not None:
+        batches = pick_sequences(buffer, rows, sequences)
+    else:
+        batches = buffer_gather(buffer, rows)
     if prior_rows is not None:
         first = buffer_gather(prior, prior_rows)
         batches = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=1), first, batches)
@@ -135,30 +155,69 @@ def _learn(
     return agent, nonfinite + info.pop(NONFINITE), info
 
 
-def _act(agent: Any, obs: jax.Array, key: jax.Array, step: jax.Array) -> jax.Array:
+def _act(
+    agent: Any,
+    plan: Any,
+    obs: jax.Array,
+    first: jax.Array,
+    key: jax.Array,
+    step: jax.Array,
+    *,
+    explore: Any,
+) -> tuple[jax.Array, Any]:
     """Exploration actions for the env step numbered ``step`` (the key is folded, not carried)."""
-    return agent.sample_actions(obs, jax.random.fold_in(key, step))
+    return explore(agent, plan, obs, first, jax.random.fold_in(key, step))
 
 
 class _Sampler:
     """Minibatch rows drawn on the host, uniformly with replacement, before they are needed.
 
     ``num_updates`` minibatches of ``batch_size`` rows each: ``round(prior_ratio * batch_size)``
-    rows of the offline data (when there is some) and the rest of the replay buffer.
+    rows of the offline data (when there is some) and the rest of the replay buffer. With
+    ``sequence = (length, stride)``, twice ``batch_size`` candidate sequences per minibatch,
+    which the device narrows to ``batch_size`` whole ones (``pick_sequences``).
     """
 
-    def __init__(self, seed: int, num_updates: int, batch_size: int, prior: Any, ratio: float):
+    def __init__(
+        self,
+        seed: int,
+        num_updates: int,
+        batch_size: int,
+        prior: Any,
+        ratio: float,
+        sequence: tuple[int, int] | None = None,
+    ):
         self.rng = np.random.default_rng([seed, 3])
         n_prior = int(round(ratio * batch_size)) if prior is not None and ratio > 0 else 0
         self.prior_size = int(prior.size) if n_prior else 0
-        self.shape, self.prior_shape = (num_updates, batch_size - n_prior), (num_updates, n_prior)
+        self.num_updates, self.sequence = num_updates, sequence
+        self.cols, self.n_prior = batch_size * (2 if sequence else 1) - n_prior, n_prior
 
-    def draw(self, size: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """Rows of a buffer holding ``size`` rows, and rows of the offline data (or None)."""
-        rows = self.rng.integers(0, max(size, 1), self.shape, dtype=np.int32)
+    def draw(self, buffer: Any, num_updates: int | None = None) -> tuple:
+        """Minibatch rows of ``buffer`` and of the offline data (or None).
+
+        ``buffer`` has the ``pos``, ``size`` and ``capacity`` the buffer will have when the
+        update reads it; ``num_updates`` minibatches are drawn (default: one step's).
+        """
+        num = num_updates or self.num_updates
+        if self.sequence is None:
+            rows = self.rng.integers(0, max(buffer.size, 1), (num, self.cols), dtype=np.int32)
+        else:
+            bound = sequence_offsets_bound(buffer.size, *self.sequence, xp=np)
+            offsets = self.rng.integers(0, bound, (num, self.cols))
+            rows = sequence_rows(buffer, offsets, *self.sequence, xp=np).astype(np.int32)
         if not self.prior_size:
             return rows, None
-        return rows, self.rng.integers(0, self.prior_size, self.prior_shape, dtype=np.int32)
+        prior_rows = self.rng.integers(0, self.prior_size, (num, self.n_prior), dtype=np.int32)
+        return rows, prior_rows
+
+
+class _Rows(NamedTuple):
+    """Where a buffer's rows are: next row to write, valid rows, capacity."""
+
+    pos: int
+    size: int
+    capacity: int
 
 
 class _Host:
@@ -178,7 +237,7 @@ class _Host:
         self.learning_starts, self.sampler = acfg.learning_starts, sampler
         self.pos, self.size = (int(x) for x in jax.device_get((buffer.pos, buffer.size)))
         self.np_rng = np.random.default_rng(seed)
-        self.obs = env.reset(seed=seed)
+        self.obs, self.first = env.reset(seed=seed), np.ones(n, bool)
         self.ep_return, self.ep_length = np.zeros(n), np.zeros(n, np.int64)
         self.recent: deque[float] = deque(maxlen=20)
         self.pending: Any = None
@@ -193,10 +252,22 @@ class _Host:
         self.no_next_mask = np.zeros(n, np.float32) if spec.needs_next_action else None
         self.unknown_return = np.full(n, -np.inf, np.float32) if spec.needs_mc_return else None
 
-    def dispatch_action(self, agent: Any, step: int, act_fn: Any, act_key: jax.Array) -> None:
+    def dispatch_action(self, state: LoopState, step: int, act_fn: Any) -> LoopState:
         """Start computing the first policy action (later ones are dispatched after updates)."""
         if step >= self.learning_starts and self.pending is None:
-            self.pending = act_fn(agent, self.obs, act_key, step)
+            return self.act(state, step, act_fn)
+        return state
+
+    def act(self, state: LoopState, step: int, act_fn: Any) -> LoopState:
+        """Dispatch the policy's action for the current observation (``pending``)."""
+        self.pending, plan = act_fn(state.agent, state.plan, self.obs, self.first, step)
+        return state.replace(plan=plan)
+
+    def after_write(self) -> Any:
+        """Where the buffer's rows will be once the next ``store`` wrote one row per env."""
+        n = self.env.num_envs
+        pos, size = (self.pos + n) % self.capacity, min(self.size + n, self.capacity)
+        return _Rows(pos, size, self.capacity)
 
     def action(self, step: int) -> np.ndarray:
         """Uniform actions before ``learning_starts``, then the policy's (``pending``)."""
@@ -232,6 +303,7 @@ class _Host:
             next_action_mask=self.no_next_mask,
         )
         self.obs, done = new_obs, terminated | truncated
+        self.first = done
         if self.spec.needs_next_action:
             held = self.tracker.hold(transition, done)
             if held is None:
@@ -268,6 +340,7 @@ class _Host:
             "recent_returns": list(self.recent),
             "env_state": self.env.get_state(),
             "pending_action": None if self.pending is None else np.asarray(self.pending).tolist(),
+            "first": self.first.tolist(),
             "step_offset": step_offset,
             "episodes": None if self.tracker is None else self.tracker.state(),
         }
@@ -281,12 +354,14 @@ class _Host:
         self.recent.extend(meta["recent_returns"])
         if meta.get("pending_action") is not None:
             self.pending = np.asarray(meta["pending_action"], np.float32)
+        self.first = np.asarray(meta.get("first", self.first), bool)
         if self.tracker is not None:
             self.tracker.load(meta["episodes"])
         if meta.get("env_state") is not None and self.env.savable:
             self.obs = self.env.set_state(meta["env_state"])
             return
         self.ep_return[:], self.ep_length[:], self.pending = 0.0, 0, None  # action for old obs
+        self.first[:] = True
         if self.tracker is not None:
             self.tracker.forget_running()
         print(
@@ -339,16 +414,26 @@ def train_host(
     # uncommitted arrays, and the update would compile a second time on its second call.
     state, prior = jax.device_put((state, prior), jax.devices()[0])
     num_updates = acfg.utd_ratio * n
-    sampler = _Sampler(cfg.seed, num_updates, acfg.batch_size, prior, prior_ratio)
+    length = spec.sequence_length(acfg)
+    sequence = None if length is None else (length, n)
+    sampler = _Sampler(cfg.seed, num_updates, acfg.batch_size, prior, prior_ratio, sequence)
     host = _Host(spec, acfg, env, cfg.seed, state.buffer, sampler)
     if metas:
         host.load(metas[0])
     if (done := h.completed()) is not None:
         return done[0]
-    learn_fn = jax.jit(_learn, donate_argnums=(0, 1))
-    act_fn, act_key = jax.jit(_act), jax.random.key(cfg.seed + 2)
-    evaluate_fn = evaluator(eval_env, cfg.seed + 10_000)
+    sequences = None if sequence is None else acfg.batch_size
+    learn_fn = jax.jit(partial(_learn, sequences=sequences), donate_argnums=(0, 1))
+    policy, act_key = acting(spec), jax.random.key(cfg.seed + 2)
+    jit_act = jax.jit(partial(_act, explore=policy.explore))
+
+    def act_fn(agent: Any, plan: Any, obs: np.ndarray, first: np.ndarray, step: int) -> tuple:
+        return jit_act(agent, plan, obs, first, act_key, step)
+
+    evaluate_fn = evaluator(eval_env, cfg.seed + 10_000, policy)
     info: dict[str, Any] = {}
+    # With next actions the first step's rows enter the buffer one step late.
+    learn_start = max(acfg.learning_starts, n if spec.needs_next_action else 0)
 
     def update(state: LoopState, rows: tuple) -> tuple[LoopState, dict[str, jax.Array]]:
         agent, bad, info = learn_fn(state.agent, state.nonfinite, state.buffer, prior, *rows)
@@ -356,12 +441,12 @@ def train_host(
 
     with h:
         while h.running():
-            host.dispatch_action(state.agent, h.step, act_fn, act_key)
-            # With next actions the first step's rows enter the buffer one step late.
-            learn = h.step >= max(acfg.learning_starts, n if spec.needs_next_action else 0)
+            state = host.dispatch_action(state, h.step, act_fn)
+            learn = h.step >= learn_start
+            burst = learn and spec.burst_at_start and h.step == learn_start and learn_start > 0
             rows, early = None, False
-            if learn and (written := host.rows_written()) is not None:
-                rows = sampler.draw(min(host.size + n, host.capacity))
+            if learn and not burst and (written := host.rows_written()) is not None:
+                rows = sampler.draw(host.after_write())
                 # When the update reads none of the rows this step writes, it is dispatched now,
                 # before the wait for this step's action: the device queues it behind that
                 # action and runs it during the env step and the write, with the same result.
@@ -371,11 +456,13 @@ def train_host(
             action = host.action(h.step)
             result = env.step(action)
             state = host.store(state, action, result)
-            at = h.advance(n, num_updates if learn else 0)
+            at = h.advance(n, (num_updates + burst * learn_start) if learn else 0)
+            if burst:  # pretraining on the random-action data, then the step's own update
+                state, info = update(state, sampler.draw(host, learn_start))
             if learn:
                 if not early:
-                    state, info = update(state, rows or sampler.draw(host.size))
-                host.pending = act_fn(state.agent, host.obs, act_key, h.step)
+                    state, info = update(state, rows if rows is not None else sampler.draw(host))
+                state = host.act(state, h.step, act_fn)
             host.end_step(result[2], result[3] | result[4])
             if at.log:
                 h.log(_row(h, host, info, state, at.eval and evaluate_fn, step_offset))
