@@ -199,7 +199,8 @@ def refit(
 
     The weighted mean and (biased) weighted standard deviation about the new mean, smoothed by
     ``momentum`` (mbrl-lib's ``alpha``; 0 = no smoothing, TD-MPC2), std clipped to
-    ``[min_std, max_std]``.
+    ``[min_std, max_std]``. The smoothing applies to the std, as the issue-16 contract states;
+    mbrl-lib's ``CEMOptimizer`` smooths the variance instead.
     """
     w = weights[:, None, None]
     mean = jnp.sum(w * elites, axis=0)
