@@ -3,7 +3,6 @@ validation, vmap over envs, and a quadratic toy whose optimum planning must find
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from functools import partial
 
@@ -228,31 +227,28 @@ def test_quadratic_toy_finds_optimum(method):
 
 
 def test_vmap_over_envs():
-    """A batch of envs, each with its own optimum, planned in one vmapped (and jitted) call."""
-    cfg = PlannerConfig(horizon=2, num_samples=128, num_elites=16, iterations=6)
+    """A batch of envs, each with its own optimum and policy prior, planned in one vmapped call."""
+    cfg = PlannerConfig(
+        horizon=2, num_samples=128, num_elites=16, iterations=6, num_policy_samples=4
+    )
     targets = jnp.array([[-0.6, 0.2], [0.0, 0.5], [0.4, -0.9], [0.8, 0.8]])
+    # env 3's prior holds its optimum; the others' priors are zeros (not optimal)
+    prior = jnp.zeros((4, 4, 2, 2)).at[3].set(targets[3])
 
-    def plan_one(state, first, key, target):
-        return plan(cfg, _quadratic(target), state, first, key)
+    def plan_one(state, first, key, target, prior):
+        return plan(cfg, _quadratic(target), state, first, key, policy_actions=prior)
 
     fn = jax.jit(jax.vmap(plan_one))
     state = init_plan(cfg, 2, (4,))
     first = jnp.array([True, True, False, True])
     keys = jax.random.split(jax.random.key(0), 4)
-    result, state = fn(state, first, keys, targets)  # worst error over 30 seeds: 0.018
-    one, _ = jax.jit(plan_one)(init_plan(cfg, 2), first[2], keys[2], targets[2])
-    np.testing.assert_allclose(result.mean[2], one.mean, atol=1e-5)  # as if planned alone
+    result, state = fn(state, first, keys, targets, prior)  # worst error over 30 seeds: 0.019
     assert result.actions.shape == (4, 2, 2) and state.mean.shape == (4, 2, 2)
     assert result.value.shape == (4,)
     np.testing.assert_allclose(result.mean, jnp.broadcast_to(targets[:, None], (4, 2, 2)), atol=0.1)
-    # Policy-prior samples vmap too.
-    cfg_pi = dataclasses.replace(cfg, num_policy_samples=4)
-    prior = jnp.broadcast_to(targets[:, None, None], (4, 4, 2, 2))
-    fn_pi = jax.jit(
-        jax.vmap(lambda s, f, k, t, p: plan(cfg_pi, _quadratic(t), s, f, k, policy_actions=p))
-    )
-    result, _ = fn_pi(state, first, jax.random.split(jax.random.key(1), 4), targets, prior)
-    np.testing.assert_allclose(result.value, 0.0, atol=1e-6)  # the prior is the optimum
+    assert float(result.value[3]) == 0.0  # the prior's sequence scored and kept
+    one, _ = jax.jit(plan_one)(init_plan(cfg, 2), first[2], keys[2], targets[2], prior[2])
+    np.testing.assert_allclose(result.mean[2], one.mean, atol=1e-5)  # as if planned alone
 
 
 def test_plan_state_checkpoints(tmp_path):
@@ -346,6 +342,8 @@ def test_cli_plan_writes_run_directory(tmp_path, capsys):
     argv = ["plan", "--env", "jax:pendulum?episode_length=20", "--episodes", "2", "--out"]
     argv += [str(out), "--seed", "3", "--horizon", "4", "--num-samples", "16", "--num-elites"]
     argv += ["4", "--iterations", "2", "--method", "cem", "--no-progress", "--no-tensorboard"]
+    out.mkdir()
+    (out / "metrics.csv").write_text("step,eval_return\n999,1.0\n")  # an earlier run's
     main(argv)
     assert "planning latency per action" in capsys.readouterr().out
     for name in ("config.json", "metrics.csv", "summary.json", "learning_curve.png"):
@@ -354,14 +352,12 @@ def test_cli_plan_writes_run_directory(tmp_path, capsys):
     assert config["agent_config"]["method"] == "cem" and config["agent_config"]["horizon"] == 4
     assert config["env"] == "jax:pendulum?episode_length=20" and config["seed"] == 3
     rows = read_metrics(str(out / "metrics.csv"))
-    assert [r["step"] for r in rows] == [20.0, 40.0]
+    assert [r["step"] for r in rows] == [20.0, 40.0]  # a rerun starts over
     summary = json.loads((out / "summary.json").read_text())
     assert [r["eval_return"] for r in rows] == pytest.approx(summary["episode_returns"])
     assert summary["final_eval_return_mean"] == pytest.approx(np.mean(summary["episode_returns"]))
     assert summary["total_steps"] == 40 and summary["completed"]
     assert 0 < summary["plan_latency_ms_median"] <= summary["plan_latency_ms_p90"]
-    main(argv)  # a rerun starts over instead of appending
-    assert len(read_metrics(str(out / "metrics.csv"))) == 2
     with pytest.raises(SystemExit) as err:
         main(["plan", "--env", "Pendulum-v1", "--out", str(tmp_path / "x")])
     assert err.value.code == 2
