@@ -284,7 +284,7 @@ def plan(
                 f"got {values.shape}."
             )
         # NaN (a diverged model rollout) ranks last instead of poisoning the weights.
-        values = jnp.where(jnp.isnan(values), -jnp.inf, values)
+        values = jnp.where(jnp.isnan(values), -jnp.inf, values).astype(mean.dtype)
         elite_values, idx = jax.lax.top_k(values, config.num_elites)
         return actions[idx], elite_values
 
