@@ -110,6 +110,8 @@ def model_loss(
     mean, logvar = agent.predict(params, x)
     nll = gaussian_nll(mean, logvar, y).mean(axis=(1, 2)).sum()
     reg = 0.01 * (params["max_logvar"].sum() - params["min_logvar"].sum())
+    if not agent.config.learn_logvar_bounds:
+        reg = jax.lax.stop_gradient(reg)  # fixed bounds: a constant, as in mbrl-lib
     mse = ((mean - y) ** 2).mean(axis=(1, 2))
     info = {"model/nll": nll, "model/mse": mse.mean(), "model/logvar": logvar.mean()}
     return nll + reg, {**info, "model/member_mse": mse}
