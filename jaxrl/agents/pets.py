@@ -297,9 +297,12 @@ class PETSConfig(OffPolicyFields):
     per env step, each member on its own bootstrap resample of the minibatch; the input (and
     target) normalizers are running statistics of the minibatches; the elites are the members
     with the lowest EMA of the MSE measured on their rows before each step (mbrl-lib: the
-    validation MSE). Rollouts never terminate (the PETS envs here have no termination), the
-    planned return is undiscounted (``discount`` and ``tau`` are unused) and a known
-    ``reward_fn`` reads raw observations (do not combine it with env observation normalization).
+    validation MSE). CEM (``jaxrl.planners``) clips its Gaussian samples to [-1, 1] and smooths
+    the std (mbrl-lib: truncated samples inside the bounds, smoothing of the variance). Rollouts
+    never terminate (the PETS envs here have no termination), the planned return is undiscounted
+    (``discount`` and ``tau`` are unused) and a known ``reward_fn`` reads raw observations (do
+    not combine it with env observation normalization). Cost at the defaults: 500 sequences x
+    20 particles x 15 steps x 5 iterations of a 4x200 MLP, ~180 GFLOP per env and env step.
     """
 
     learning_starts: int = 1_000  # mbrl-lib: one episode (trial_length) of random actions
