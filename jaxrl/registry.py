@@ -138,6 +138,7 @@ def names(*kinds: str) -> list[str]:
 
 
 def _register_builtin() -> None:
+    from jaxrl.agents.pets import PETS, PETSConfig
     from jaxrl.agents.ppo import PPO, PPOConfig
     from jaxrl.agents.sac import SAC, RLPDConfig, SACConfig
     from jaxrl.agents.td3 import TD3, TD3Config
@@ -166,6 +167,7 @@ def _register_builtin() -> None:
             "diffusion-ql", DiffusionQL, DiffusionQLConfig, horizon_field="max_steps", **offline
         ),
         AgentSpec("fql", FQL, FQLConfig, **offline),
+        AgentSpec("pets", PETS, PETSConfig, "planner"),
     ):
         register(spec)
 

@@ -1,10 +1,21 @@
-"""Online agents: SAC (and RLPD, SAC with RLPD's configuration), TD3 and PPO.
+"""Online agents: SAC (and RLPD, SAC with RLPD's configuration), TD3, PPO; planners: PETS.
 
 ``jaxrl.registry`` names every agent, online and offline, with its config and kind.
 """
 
+from jaxrl.agents.pets import PETS, PETSConfig
 from jaxrl.agents.ppo import PPO, PPOConfig
 from jaxrl.agents.sac import SAC, RLPDConfig, SACConfig
 from jaxrl.agents.td3 import TD3, TD3Config
 
-__all__ = ["PPO", "PPOConfig", "RLPDConfig", "SAC", "SACConfig", "TD3", "TD3Config"]
+__all__ = [
+    "PETS",
+    "PETSConfig",
+    "PPO",
+    "PPOConfig",
+    "RLPDConfig",
+    "SAC",
+    "SACConfig",
+    "TD3",
+    "TD3Config",
+]
