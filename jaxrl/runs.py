@@ -198,6 +198,12 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
     )
 
     config = read_config(run_dir)
+    if config.get("model") == "true_simulator":
+        raise ValueError(
+            f"{run_dir} is a `jaxrl plan` run (planning with the true simulator): it holds no "
+            "trained agent to evaluate; its episode returns are in summary.json, and rerunning "
+            "the same `jaxrl plan` command plans new episodes."
+        )
     if config["agent"] not in registry.names():
         raise ValueError(f"{run_dir} was trained with unknown agent {config['agent']!r}.")
     spec = registry.get(config["agent"])

@@ -362,3 +362,7 @@ def test_cli_plan_writes_run_directory(tmp_path, capsys):
         main(["plan", "--env", "Pendulum-v1", "--out", str(tmp_path / "x")])
     assert err.value.code == 2
     assert "needs a JAX env" in capsys.readouterr().err
+    # `jaxrl eval` of a plan run says there is no trained agent (not "unknown agent 'cem'").
+    with pytest.raises(SystemExit) as err:
+        main(["eval", str(out)])
+    assert err.value.code == 2 and "`jaxrl plan` run" in capsys.readouterr().err
