@@ -149,6 +149,35 @@ class SimNorm(nn.Module):
         return jax.nn.softmax(groups, axis=-1).reshape(x.shape)
 
 
+class NormedMLP(nn.Module):
+    """TD-MPC2's MLP (Hansen et al., 2024): hidden layers Dense -> LayerNorm -> Mish, Dense out.
+
+    As the authors' ``layers.mlp``: weights ~ N(0, 0.02^2), zero biases, LayerNorm epsilon 1e-5;
+    ``dropout`` after the first Dense layer only; ``simnorm_dim`` adds LayerNorm + ``SimNorm``
+    after the output layer; ``zero_out`` starts the output kernel at zero.
+    """
+
+    hidden_dims: Sequence[int]
+    out_dim: int
+    simnorm_dim: int | None = None
+    dropout: float = 0.0
+    zero_out: bool = False
+
+    @nn.compact
+    def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
+        """Apply to ``[..., in_dim]``; dropout is active when ``deterministic`` is False."""
+        init = nn.initializers.normal(0.02)
+        for i, width in enumerate(self.hidden_dims):
+            x = nn.Dense(width, kernel_init=init)(x)
+            if i == 0 and self.dropout > 0:
+                x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
+            x = jax.nn.mish(nn.LayerNorm(epsilon=1e-5)(x))
+        x = nn.Dense(self.out_dim, kernel_init=nn.initializers.zeros if self.zero_out else init)(x)
+        if self.simnorm_dim is None:
+            return x
+        return SimNorm(self.simnorm_dim)(nn.LayerNorm(epsilon=1e-5)(x))
+
+
 class TanhGaussianActor(nn.Module):
     """Gaussian policy squashed by tanh with a state-dependent standard deviation.
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Sequence
-from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -46,61 +44,24 @@ def seed_steps(episode_length: int) -> int:
 # ----------------------------------------------------------------------------------- networks
 
 
-class Block(nn.Module):
-    """The authors' MLP: [Dense -> (Dropout) -> LayerNorm -> Mish] per hidden layer, Dense out.
-
-    Weights ~ N(0, 0.02^2), biases 0; ``zero_out`` zeroes the output kernel (reward and Q heads);
-    ``dropout`` applies to the first layer only; ``simnorm_dim`` adds LayerNorm + SimNorm after
-    the output layer (encoder and dynamics).
-    """
-
-    hidden_dims: Sequence[int]
-    out_dim: int
-    simnorm_dim: int | None = None
-    dropout: float = 0.0
-    zero_out: bool = False
-
-    @nn.compact
-    def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
-        """Apply to ``[..., in_dim]``; dropout is active when ``deterministic`` is False."""
-        init = nn.initializers.normal(0.02)
-        for i, width in enumerate(self.hidden_dims):
-            x = nn.Dense(width, kernel_init=init)(x)
-            if i == 0 and self.dropout > 0:
-                x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
-            x = jax.nn.mish(nn.LayerNorm(epsilon=1e-5)(x))
-        out_init = nn.initializers.zeros if self.zero_out else init
-        x = nn.Dense(self.out_dim, kernel_init=out_init)(x)
-        if self.simnorm_dim is not None:
-            x = nets.SimNorm(self.simnorm_dim)(nn.LayerNorm(epsilon=1e-5)(x))
-        return x
-
-
-class Modules(NamedTuple):
-    """The world model's modules (static: built from the config and the action size)."""
-
-    encoder: Block
-    dynamics: Block
-    reward: Block
-    termination: Block
-    policy: Block
-    qs: nn.Module
-
-
 @functools.cache
-def make_modules(config: TDMPC2Config, action_dim: int) -> Modules:
-    """The networks of the authors' ``WorldModel`` for state observations."""
+def make_modules(config: TDMPC2Config, action_dim: int) -> dict[str, nn.Module]:
+    """The networks of the authors' ``WorldModel`` for state observations, by name.
+
+    All are ``NormedMLP`` (LayerNorm, Mish, N(0, 0.02^2) weights); encoder and dynamics end in
+    LayerNorm + SimNorm; the reward and Q output layers start at zero; Q dropout on layer 1.
+    """
     c, hidden = config, (config.mlp_dim, config.mlp_dim)
-    enc_hidden = (c.enc_dim,) * max(c.num_enc_layers - 1, 1)
-    q_ens = nets.ensemble(Block, c.num_q, split_rngs=("params", "dropout"))
-    return Modules(
-        encoder=Block(enc_hidden, c.latent_dim, simnorm_dim=c.simnorm_dim),
-        dynamics=Block(hidden, c.latent_dim, simnorm_dim=c.simnorm_dim),
-        reward=Block(hidden, c.num_bins, zero_out=True),
-        termination=Block(hidden, 1),
-        policy=Block(hidden, 2 * action_dim),
-        qs=q_ens(hidden, c.num_bins, None, c.dropout, True),
-    )
+    mlp, enc_hidden = nets.NormedMLP, (c.enc_dim,) * max(c.num_enc_layers - 1, 1)
+    q_ensemble = nets.ensemble(mlp, c.num_q, split_rngs=("params", "dropout"))
+    return {
+        "encoder": mlp(enc_hidden, c.latent_dim, c.simnorm_dim),
+        "dynamics": mlp(hidden, c.latent_dim, c.simnorm_dim),
+        "reward": mlp(hidden, c.num_bins, zero_out=True),
+        "termination": mlp(hidden, 1),
+        "policy": mlp(hidden, 2 * action_dim),
+        "qs": q_ensemble(hidden, c.num_bins, None, c.dropout, True),
+    }
 
 
 def squashed_policy(out: jax.Array, key: jax.Array, log_std_min: float, log_std_max: float):
@@ -108,8 +69,8 @@ def squashed_policy(out: jax.Array, key: jax.Array, log_std_min: float, log_std_
 
     The log-std is squashed smoothly into ``[log_std_min, log_std_max]`` by a tanh. Returns
     ``(action, tanh(mean), entropy, scaled_entropy)``: ``entropy = -log pi(a|z)`` with the tanh
-    correction; ``scaled_entropy = -A * log N(u; mean, std)`` of the pre-tanh sample, which is what
-    the authors' current ``scaled_entropy`` evaluates to (their ratio cancels the tanh term).
+    correction; ``scaled_entropy = -A * log N(u; mean, std)`` of the pre-tanh sample ``u``, which
+    is what the authors' current ``scaled_entropy`` evaluates to (its ratio cancels the tanh term).
     """
     mean, raw = jnp.split(out, 2, axis=-1)
     log_std = log_std_min + 0.5 * (log_std_max - log_std_min) * (jnp.tanh(raw) + 1.0)
@@ -127,17 +88,19 @@ def squashed_policy(out: jax.Array, key: jax.Array, log_std_min: float, log_std_
 def world_model_loss(
     params: Params, agent: TDMPC2, seq: tuple, key: jax.Array
 ) -> tuple[jax.Array, tuple[InfoDict, jax.Array]]:
-    """TD-MPC2 eq. 4: rho-weighted consistency, reward CE, value CE (+ termination BCE).
+    """TD-MPC2's model objective (Hansen et al., 2024, Sec. 3): consistency + reward CE + value CE.
 
     ``seq`` is time-major: obs ``[H+1, B, O]``, actions ``[H, B, A]``, rewards and terminals
     ``[H, B]``. Each term is ``sum_t rho^t (...)_t / H`` (the value term also averaged over the
-    Q ensemble); TD targets use the online encoder, a sampled policy action and the minimum of 2
-    random target Qs. Returns the loss and ``(info, latents [H+1, B, L])``.
+    Q ensemble), plus the termination BCE when episodic. TD targets bootstrap from the encoded
+    next observations with a sampled policy action and the minimum of 2 random target Qs.
+    Returns the loss and ``(info, latents [H+1, B, L])``.
     """
     obs, actions, rewards, terminals = seq
+    m, h, c = agent.modules, agent.hparams, agent.config
     k_pi, k_pair, k_drop = jax.random.split(key, 3)
-    horizon, h = actions.shape[0], agent.hparams
-    next_z = jax.lax.stop_gradient(agent.encode(params, obs[1:]))
+    z_obs = agent.encode(params, obs)  # one pass: z_0 keeps its gradient, the targets do not
+    next_z = jax.lax.stop_gradient(z_obs[1:])
     next_a = agent.act_prior(agent.policy.params, next_z, k_pi)[0]
     next_q = agent.q_value(agent.target_qs, next_z, next_a, k_pair, "min")
     td = jax.lax.stop_gradient(rewards + h["discount"] * (1.0 - terminals) * next_q)
@@ -146,22 +109,20 @@ def world_model_loss(
         z = agent.next(params, z, a)
         return z, z
 
-    z0 = agent.encode(params, obs[0])
-    _, pred_z = jax.lax.scan(rollout, z0, actions)
-    zs = jnp.concatenate([z0[None], pred_z])
-    rho = h["rho"] ** jnp.arange(horizon)
-    consistency = jnp.sum(rho * jnp.mean((pred_z - next_z) ** 2, axis=(1, 2))) / horizon
-    vmin, vmax = agent.config.vmin, agent.config.vmax
+    _, pred_z = jax.lax.scan(rollout, z_obs[0], actions)
+    zs = jnp.concatenate([z_obs[:1], pred_z])
+    horizon = actions.shape[0]
+    rho = h["rho"] ** jnp.arange(horizon) / horizon
+    consistency = jnp.sum(rho * jnp.mean((pred_z - next_z) ** 2, axis=(1, 2)))
     za = jnp.concatenate([zs[:-1], actions], axis=-1)
-    reward_logits = agent.modules.reward.apply(params["reward"], za)
-    reward_ce = rl.soft_ce(reward_logits, rewards, vmin, vmax)
-    reward_loss = jnp.sum(rho * reward_ce.mean(axis=1)) / horizon
-    q_logits = agent.modules.qs.apply(params["qs"], za, False, rngs={"dropout": k_drop})
-    q_ce = rl.soft_ce(q_logits, jnp.broadcast_to(td, q_logits.shape[:-1]), vmin, vmax)
-    value_loss = jnp.sum(rho * q_ce.mean(axis=(0, 2))) / horizon
+    reward_ce = rl.soft_ce(m["reward"].apply(params["reward"], za), rewards, c.vmin, c.vmax)
+    q_logits = m["qs"].apply(params["qs"], za, False, rngs={"dropout": k_drop})
+    q_ce = rl.soft_ce(q_logits, jnp.broadcast_to(td, q_logits.shape[:-1]), c.vmin, c.vmax)
+    reward_loss = jnp.sum(rho * reward_ce.mean(axis=1))
+    value_loss = jnp.sum(rho * q_ce.mean(axis=(0, 2)))
     term_loss = jnp.zeros(())
-    if agent.config.episodic:
-        logits = agent.modules.termination.apply(params["termination"], zs[1:])[..., 0]
+    if c.episodic:
+        logits = m["termination"].apply(params["termination"], zs[1:])[..., 0]
         term_loss = optax.sigmoid_binary_cross_entropy(logits, terminals).mean()
     loss = (
         h["consistency_coef"] * consistency
@@ -183,12 +144,12 @@ def world_model_loss(
 def policy_loss(
     policy_params: Params, agent: TDMPC2, zs: jax.Array, key: jax.Array
 ) -> tuple[jax.Array, InfoDict]:
-    """TD-MPC2 eq. 5: ``-sum_t rho^t (Q(z_t, pi(z_t)) / S + entropy_coef * scaled entropy)``.
+    """TD-MPC2's policy objective (Sec. 3): ``-sum_t rho^t (Q / S + entropy_coef * H_scaled)``.
 
-    On the detached latents ``[H+1, B, L]``; Q is the mean of 2 random online Qs (dropout active,
-    no gradient to the Qs), divided by the running scale ``S`` of Q (5th-95th percentile range of
-    the first step's Qs, at least 1, Polyak-averaged with ``tau``), updated here first. The
-    result is averaged over the ``H+1`` steps, as the authors' code.
+    On the detached latents ``[H+1, B, L]``; Q is the mean of 2 random online Qs (dropout on,
+    no gradient to them) divided by the running scale ``S`` of Q (5th-95th percentile range of
+    the first step's Qs, at least 1, Polyak-averaged with ``tau``; updated here first); the
+    weighted terms are averaged over the ``H+1`` steps, as the authors' code.
     """
     k_pi, k_pair, k_drop = jax.random.split(key, 3)
     action, _, entropy, scaled_entropy = agent.act_prior(policy_params, zs, k_pi)
@@ -224,31 +185,29 @@ class TDMPC2(struct.PyTreeNode):
     config: TDMPC2Config = struct.field(pytree_node=False)
 
     @property
-    def modules(self) -> Modules:
-        """The (static) networks."""
+    def modules(self) -> dict[str, nn.Module]:
+        """The (static) networks by name."""
         return make_modules(self.config, self.action_dim)
 
     def encode(self, params: Params, obs: jax.Array) -> jax.Array:
         """Latent state of observations ``[..., O]``."""
-        return self.modules.encoder.apply(params["encoder"], obs)
+        return self.modules["encoder"].apply(params["encoder"], obs)
 
     def next(self, params: Params, z: jax.Array, a: jax.Array) -> jax.Array:
         """Next latent state."""
-        return self.modules.dynamics.apply(params["dynamics"], jnp.concatenate([z, a], axis=-1))
+        za = jnp.concatenate([z, a], axis=-1)
+        return self.modules["dynamics"].apply(params["dynamics"], za)
 
     def act_prior(self, policy_params: Params, z: jax.Array, key: jax.Array) -> tuple:
         """``squashed_policy`` of the policy prior at latents ``z``."""
-        out = self.modules.policy.apply(policy_params, z)
+        out = self.modules["policy"].apply(policy_params, z)
         return squashed_policy(out, key, self.config.log_std_min, self.config.log_std_max)
 
-    def q_value(
-        self, qs_params: Params, z: jax.Array, a: jax.Array, key: jax.Array, reduce: str, **kw
-    ) -> jax.Array:
-        """Min ('min') or mean ('avg') of 2 random ensemble members' decoded Q-values."""
+    def q_value(self, qs_params, z, a, key, reduce: str, dropout_key=None) -> jax.Array:
+        """Minimum ('min') or mean ('avg') of 2 random members' decoded Q-values."""
         za = jnp.concatenate([z, a], axis=-1)
-        drop = kw.get("dropout_key")
-        rngs = {} if drop is None else {"dropout": drop}
-        logits = self.modules.qs.apply(qs_params, za, drop is None, rngs=rngs)
+        rngs = {} if dropout_key is None else {"dropout": dropout_key}
+        logits = self.modules["qs"].apply(qs_params, za, dropout_key is None, rngs=rngs)
         pair = jax.random.choice(key, self.config.num_q, (2,), replace=False)
         q = rl.two_hot_inv(logits[pair], self.config.vmin, self.config.vmax)
         return q.min(axis=0) if reduce == "min" else q.mean(axis=0)
@@ -264,95 +223,84 @@ class TDMPC2(struct.PyTreeNode):
         obs = tm(jnp.concatenate([batch.obs[:, :1], batch.next_obs], axis=1))
         seq = (obs, tm(batch.action), tm(batch.reward), tm(batch.terminal.astype(obs.dtype)))
         rng, k_model, k_policy = jax.random.split(self.rng, 3)
-        grads, (info, zs) = jax.grad(world_model_loss, has_aux=True)(
-            self.model.params, self, seq, k_model
-        )
+        loss_grad = jax.grad(world_model_loss, has_aux=True)
+        grads, (info, zs) = loss_grad(self.model.params, self, seq, k_model)
         agent = self.replace(rng=rng, model=self.model.apply_gradients(grads=grads))
         zs = jax.lax.stop_gradient(zs)
         policy, pi_info = nets.gradient_step(agent.policy, policy_loss, agent, zs, k_policy)
         target = rl.polyak_update(agent.model.params["qs"], agent.target_qs, self.hparams["tau"])
         agent = agent.replace(policy=policy, target_qs=target, q_scale=pi_info["policy/q_scale"])
-        return agent, {**info, "model/grad_norm": optax.global_norm(grads), **pi_info}
+        return agent, {**info, "model/grad_norm": optax.tree.norm(grads), **pi_info}
 
     # -------------------------------------------------------------------------------- acting
 
-    @property
-    def planner(self) -> planners.PlannerConfig:
-        """MPPI settings (+2 iterations for 20 or more action dimensions, as the authors)."""
-        return self.config.planner_config(self.action_dim)
-
     def init_plan(self, num_envs: int) -> planners.PlanState:
         """Zero warm starts ``[num_envs, H, A]``."""
-        return planners.init_plan(self.planner, self.action_dim, (num_envs,))
+        return planners.init_plan(self.config.planner_config(), self.action_dim, (num_envs,))
 
     def _act_one(self, plan, obs, first, key, explore: bool):
+        """One env: encode, MPPI over the latent model (or the policy prior alone), act."""
         k_pi, k_plan, k_noise = jax.random.split(key, 3)
-        params, c, gamma = self.model.params, self.config, self.hparams["discount"]
+        params, c, gamma, m = self.model.params, self.config, self.hparams["discount"], self.modules
         z = self.encode(params, obs)
         if not c.mpc:
             action, mean = self.act_prior(self.policy.params, z, k_pi)[:2]
             return (action if explore else mean), plan
 
-        def rollout_prior(z: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        def prior_step(z: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
             a = self.act_prior(self.policy.params, z, key)[0]
             return self.next(params, z, a), a
+
+        def model_step(carry: tuple, a: jax.Array) -> tuple[tuple, None]:
+            zt, ret, discount, done = carry
+            za = jnp.concatenate([zt, a], axis=-1)
+            reward = rl.two_hot_inv(m["reward"].apply(params["reward"], za), c.vmin, c.vmax)
+            zt = self.next(params, zt, a)
+            ret = ret + discount * (1.0 - done) * reward
+            if c.episodic:  # a predicted termination (sigmoid > 0.5) ends the return
+                logit = m["termination"].apply(params["termination"], zt)[..., 0]
+                done = jnp.maximum(done, logit > 0)
+            return (zt, ret, discount * gamma, done), None
+
+        def value_fn(actions: jax.Array, key: jax.Array) -> jax.Array:
+            """Discounted predicted rewards + discount^H * Q(z_H, pi(z_H)) (2 random Qs' mean)."""
+            n = actions.shape[0]
+            carry = (jnp.broadcast_to(z, (n, *z.shape)), jnp.zeros(n), jnp.ones(()), jnp.zeros(n))
+            (zt, ret, discount, done), _ = jax.lax.scan(model_step, carry, actions.swapaxes(0, 1))
+            k_a, k_pair = jax.random.split(key)
+            a = self.act_prior(self.policy.params, zt, k_a)[0]
+            return ret + discount * (1.0 - done) * self.q_value(params["qs"], zt, a, k_pair, "avg")
 
         pi_actions = None
         if c.num_pi_trajs > 0:
             z_pi = jnp.broadcast_to(z, (c.num_pi_trajs, *z.shape))
-            _, pi_actions = jax.lax.scan(rollout_prior, z_pi, jax.random.split(k_pi, c.horizon))
-            pi_actions = jnp.swapaxes(pi_actions, 0, 1)
-
-        def value_fn(actions: jax.Array, key: jax.Array) -> jax.Array:
-            zt = jnp.broadcast_to(z, (actions.shape[0], *z.shape))
-            ret, discount, done = 0.0, 1.0, jnp.zeros(actions.shape[0])
-            for t in range(actions.shape[1]):
-                za = jnp.concatenate([zt, actions[:, t]], axis=-1)
-                reward = rl.two_hot_inv(
-                    self.modules.reward.apply(params["reward"], za), c.vmin, c.vmax
-                )
-                zt = self.next(params, zt, actions[:, t])
-                ret, discount = ret + discount * (1.0 - done) * reward, discount * gamma
-                if c.episodic:
-                    logit = self.modules.termination.apply(params["termination"], zt)[..., 0]
-                    done = jnp.minimum(done + (logit > 0.0), 1.0)
-            k_a, k_pair = jax.random.split(key)
-            a = self.act_prior(self.policy.params, zt, k_a)[0]
-            q = self.q_value(params["qs"], zt, a, k_pair, "avg")
-            return ret + discount * (1.0 - done) * q
-
-        result, plan = planners.plan(self.planner, value_fn, plan, first, k_plan, pi_actions)
+            _, pi_actions = jax.lax.scan(prior_step, z_pi, jax.random.split(k_pi, c.horizon))
+            pi_actions = pi_actions.swapaxes(0, 1)
+        planner = c.planner_config(self.action_dim)
+        result, plan = planners.plan(planner, value_fn, plan, first, k_plan, pi_actions)
         action = result.actions[0]
         if explore:
             action = action + result.std[0] * jax.random.normal(k_noise, action.shape)
         return jnp.clip(action, -1.0, 1.0), plan
 
-    def plan_actions(
-        self,
-        plan: planners.PlanState,
-        obs: jax.Array,
-        first: jax.Array,
-        key: jax.Array,
-        explore: bool,
-    ) -> tuple[jax.Array, planners.PlanState]:
-        """Plan for ``obs [n, O]`` (``first [n]`` drops the warm start); actions ``[n, A]``.
+    def plan_actions(self, plan, obs, first, key, explore: bool):
+        """Plan for ``obs [n, O]``, ``first [n]`` (no warm start there); actions ``[n, A]``.
 
         ``explore`` (static) adds ``std[0]`` Gaussian noise to the first planned action.
         """
-        keys = jax.random.split(key, obs.shape[0])
         act = functools.partial(self._act_one, explore=explore)
+        keys = jax.random.split(key, obs.shape[0])
         return jax.vmap(act)(plan, obs, jnp.asarray(first, bool), keys)
 
     def sample_actions(self, obs: jax.Array, rng: jax.Array) -> jax.Array:
-        """Exploration actions from a fresh plan (no warm start) for ``obs [n, O]``."""
-        plan = self.init_plan(obs.shape[0])
-        return self.plan_actions(plan, obs, jnp.ones(obs.shape[0], bool), rng, True)[0]
+        """Exploration actions for ``obs [n, O]`` from a fresh plan (no warm start)."""
+        first = jnp.ones(obs.shape[0], bool)
+        return self.plan_actions(self.init_plan(obs.shape[0]), obs, first, rng, True)[0]
 
     def eval_actions(self, obs: jax.Array) -> jax.Array:
         """Planned actions without exploration noise, from a fresh plan and a fixed key."""
-        plan = self.init_plan(obs.shape[0])
-        first = jnp.ones(obs.shape[0], bool)
-        return self.plan_actions(plan, obs, first, jax.random.key(0), False)[0]
+        first, key = jnp.ones(obs.shape[0], bool), jax.random.key(0)
+        return self.plan_actions(self.init_plan(obs.shape[0]), obs, first, key, False)[0]
 
     @classmethod
     def create(
@@ -360,30 +308,24 @@ class TDMPC2(struct.PyTreeNode):
     ) -> TDMPC2:
         """Initialize from one observation ``[O]`` and action ``[A]``; ``seed`` may be traced."""
         if obs_example.ndim != 1:
-            raise ValueError(
-                f"TDMPC2 takes state observations of shape [obs_dim], got {obs_example.shape}."
-            )
+            raise ValueError(f"TDMPC2 takes state observations [obs_dim], got {obs_example.shape}.")
         action_dim = int(action_example.shape[-1])
         m, c = make_modules(config, action_dim), config
         rng, *keys = jax.random.split(jax.random.key(seed), 7)
-        z = jnp.zeros((1, c.latent_dim))
-        za = jnp.zeros((1, c.latent_dim + action_dim))
+        z, za = jnp.zeros((1, c.latent_dim)), jnp.zeros((1, c.latent_dim + action_dim))
         params = {
-            "encoder": m.encoder.init(keys[0], obs_example[None]),
-            "dynamics": m.dynamics.init(keys[1], za),
-            "reward": m.reward.init(keys[2], za),
-            "qs": m.qs.init(keys[3], za, True),
+            "encoder": m["encoder"].init(keys[0], obs_example[None]),
+            "dynamics": m["dynamics"].init(keys[1], za),
+            "reward": m["reward"].init(keys[2], za),
+            "qs": m["qs"].init(keys[3], za, True),
         }
         if c.episodic:
-            params["termination"] = m.termination.init(keys[4], z)
-        model_tx = optax.inject_hyperparams(_adam, static_args=("max_grad_norm", "eps"))(
-            learning_rate=c.lr, enc_lr_scale=c.enc_lr_scale, max_grad_norm=c.grad_clip_norm
-        )
-        pi_tx = optax.inject_hyperparams(_adam, static_args=("max_grad_norm", "eps"))(
-            learning_rate=c.lr, enc_lr_scale=1.0, max_grad_norm=c.grad_clip_norm, eps=1e-5
-        )
+            params["termination"] = m["termination"].init(keys[4], z)
+        adam = optax.inject_hyperparams(_adam, static_args=("max_grad_norm", "eps"))
+        model_tx = adam(c.lr, c.enc_lr_scale, c.grad_clip_norm)
+        pi_tx = adam(c.lr, 1.0, c.grad_clip_norm, eps=1e-5)  # the authors' policy Adam eps
         model = TrainState.create(apply_fn=None, params=params, tx=model_tx)
-        policy = TrainState.create(apply_fn=None, params=m.policy.init(keys[5], z), tx=pi_tx)
+        policy = TrainState.create(apply_fn=None, params=m["policy"].init(keys[5], z), tx=pi_tx)
         hparams = nets.hparam_leaves(config, *HPARAMS)
         target = jax.tree.map(jnp.copy, params["qs"])
         return cls(rng, model, policy, target, jnp.ones(()), hparams, action_dim, config)
@@ -393,7 +335,7 @@ def _adam(
     learning_rate: jax.Array, enc_lr_scale: jax.Array, max_grad_norm: float, eps: float = 1e-8
 ) -> optax.GradientTransformation:
     # Adam's step is linear in its rate, so scaling the encoder's updates is the authors'
-    # encoder parameter group with lr * enc_lr_scale; the clip is over all parameters.
+    # encoder parameter group at lr * enc_lr_scale; the norm clip covers all parameters.
     encoder_only = lambda params: {name: name == "encoder" for name in params}  # noqa: E731
     return optax.chain(
         optax.clip_by_global_norm(max_grad_norm),
@@ -402,10 +344,8 @@ def _adam(
     )
 
 
-HPARAMS = (
-    "discount", "tau", "rho", "consistency_coef", "reward_coef", "value_coef",
-    "termination_coef", "entropy_coef",
-)  # fmt: skip
+HPARAMS = ("discount", "tau", "rho", "consistency_coef", "reward_coef", "value_coef",
+           "termination_coef", "entropy_coef")  # fmt: skip
 """Config floats held as pytree leaves in ``TDMPC2.hparams`` (sweepable without recompiling)."""
 
 
@@ -492,15 +432,10 @@ class TDMPC2Config(OffPolicyFields):
 
     def planner_config(self, action_dim: int = 1) -> planners.PlannerConfig:
         """The MPPI settings for an action of ``action_dim`` dimensions."""
+        same = ("horizon", "num_samples", "num_elites", "temperature", "min_std", "max_std")
         return planners.PlannerConfig(
-            method="mppi",
-            horizon=self.horizon,
-            num_samples=self.num_samples,
-            num_elites=self.num_elites,
+            **{name: getattr(self, name) for name in same},
             iterations=self.iterations + 2 * int(action_dim >= 20),
-            temperature=self.temperature,
-            min_std=self.min_std,
-            max_std=self.max_std,
             num_policy_samples=self.num_pi_trajs,
         )
 
@@ -518,15 +453,15 @@ class TDMPC2Config(OffPolicyFields):
         problems = [
             (self.num_q < 2, f"num_q must be >= 2 (2 random Qs are drawn), got {self.num_q}"),
             (self.num_bins < 2, f"num_bins must be >= 2, got {self.num_bins}"),
-            (self.vmin >= self.vmax, f"vmin ({self.vmin}) must be < vmax ({self.vmax})"),
+            (self.vmin >= self.vmax, "vmin must be < vmax"),
             (self.log_std_min >= self.log_std_max, "log_std_min must be < log_std_max"),
+            (self.num_pi_trajs >= self.num_samples, "num_pi_trajs must be < num_samples"),
             (
                 self.latent_dim % self.simnorm_dim != 0,
-                f"latent_dim ({self.latent_dim}) must be a multiple of simnorm_dim "
-                f"({self.simnorm_dim})",
+                "latent_dim must be a multiple of simnorm_dim",
             ),
         ]
         for bad, message in problems:
             if bad:
-                raise ConfigError(f"TDMPC2Config: {message}; set the flag accordingly.")
+                raise ConfigError(f"TDMPC2Config: {message}; set the flags accordingly.")
         self.planner_config()  # the planner's own checks: elites <= samples, min_std <= max_std
