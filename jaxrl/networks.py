@@ -132,7 +132,7 @@ class SimNorm(nn.Module):
     """Simplicial normalization: a softmax over consecutive groups of ``dim`` features.
 
     Lavoie et al. (2022), "Simplicial Embeddings in Self-Supervised Learning"; TD-MPC2's latent
-    normalization (Hansen et al., 2024, eq. 3). The input width must be a multiple of ``dim``;
+    normalization (Hansen et al., 2024, Sec. 3). The input width must be a multiple of ``dim``;
     each group of the output sums to 1.
     """
 

@@ -319,8 +319,8 @@ def two_hot(x: jax.Array, num_bins: int, vmin: float, vmax: float) -> jax.Array:
 
     ``symlog(x)`` is clipped to ``[vmin, vmax]`` and split between its two neighbouring bins of
     ``linspace(vmin, vmax, num_bins)``, linearly by distance, so that the bins' expectation under
-    the encoding is exactly ``symlog(x)`` (Hansen et al., 2024, TD-MPC2, appendix: reward and
-    value prediction as classification over 101 bins in ``[-10, 10]``).
+    the encoding is exactly ``symlog(x)``. TD-MPC2 (Hansen et al., 2024) regresses rewards and
+    values this way over 101 bins in ``[-10, 10]``.
 
     Args:
         x: ``[...]`` scalars in the original (not symlog) space.
@@ -364,8 +364,8 @@ def two_hot_inv(logits: jax.Array, vmin: float, vmax: float) -> jax.Array:
 def soft_ce(logits: jax.Array, target: jax.Array, vmin: float, vmax: float) -> jax.Array:
     """Cross-entropy of bin logits against the two-hot encoding of scalar targets (unreduced).
 
-    ``-sum_i two_hot(target)_i * log_softmax(logits)_i``: the reward and value losses of
-    TD-MPC2 (Hansen et al., 2024, eq. 4's CE terms).
+    ``-sum_i two_hot(target)_i * log_softmax(logits)_i``: the reward and value cross-entropy
+    terms of TD-MPC2's model objective (Hansen et al., 2024, Sec. 3).
 
     Args:
         logits: ``[..., num_bins]`` predicted bin logits.

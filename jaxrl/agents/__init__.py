@@ -1,4 +1,4 @@
-"""Online agents: SAC (and RLPD, SAC with RLPD's configuration), TD3 and PPO.
+"""Online agents: SAC (and RLPD, SAC with RLPD's configuration), TD3, PPO and TD-MPC2.
 
 ``jaxrl.registry`` names every agent, online and offline, with its config and kind.
 """
@@ -6,5 +6,16 @@
 from jaxrl.agents.ppo import PPO, PPOConfig
 from jaxrl.agents.sac import SAC, RLPDConfig, SACConfig
 from jaxrl.agents.td3 import TD3, TD3Config
+from jaxrl.agents.tdmpc2 import TDMPC2, TDMPC2Config
 
-__all__ = ["PPO", "PPOConfig", "RLPDConfig", "SAC", "SACConfig", "TD3", "TD3Config"]
+__all__ = [
+    "PPO",
+    "PPOConfig",
+    "RLPDConfig",
+    "SAC",
+    "SACConfig",
+    "TD3",
+    "TD3Config",
+    "TDMPC2",
+    "TDMPC2Config",
+]
