@@ -13,6 +13,7 @@ from jaxrl.config import ConfigError
 from jaxrl.distributions import TanhNormal
 from jaxrl.envs import EnvError, HostEnv, make_env, make_jax_env
 from jaxrl.episodes import EpisodeTracker, monte_carlo_returns
+from jaxrl.planners import PlannerConfig, PlanResult, PlanState
 from jaxrl.types import Batch, Rollout, Transition
 
 __version__ = "0.1.0"
@@ -58,6 +59,9 @@ __all__ = [
     "EnvError",
     "EpisodeTracker",
     "HostEnv",
+    "PlanResult",
+    "PlanState",
+    "PlannerConfig",
     "ReplayBuffer",
     "Rollout",
     "TanhNormal",

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Annotated, Any
 
-USAGE = """usage: jaxrl {{train,finetune,eval,dataset,plot}} ...
+USAGE = """usage: jaxrl {{train,finetune,eval,dataset,plot,plan}} ...
 
   jaxrl train AGENT --env ENV [--total-steps N] [--seed S] [--num-envs E] [--out DIR]
                     [--eval-every N] [--eval-episodes N] [agent options...]
@@ -23,6 +23,8 @@ USAGE = """usage: jaxrl {{train,finetune,eval,dataset,plot}} ...
   jaxrl dataset info FILE [--env ENV]   size, episodes, returns, reference scores
   jaxrl eval DIR [--episodes N]      print one JSON line with the evaluation return
   jaxrl plot DIR [DIR ...] [--out FILE]   plot eval return against steps
+  jaxrl plan --env ENV [--episodes N] [--out DIR] [--seed S] [planner options...]
+                    MPPI/CEM with the true simulator as model (JAX envs; no learning)
 
 agents: {agents}
 `jaxrl train AGENT --help` lists every option with its documentation.
@@ -319,8 +321,36 @@ def main(argv: list[str] | None = None) -> None:
             for d in a.run_dirs
         }
         print(plot_learning_curves(curves, a.out))
+    elif cmd == "plan":
+        _plan_command(rest)
     else:
         raise SystemExit(f"Unknown command {cmd!r}.\n{_usage()}")
+
+
+def _plan_command(argv: list[str]) -> dict[str, Any]:
+    """``jaxrl plan``: parse the run and planner options (tyro), plan, print one line."""
+    import tyro
+
+    from jaxrl.loops.plan import PlanRunConfig, plan_run
+    from jaxrl.planners import PlannerConfig
+
+    omit = tyro.conf.OmitArgPrefixes
+    args_cls = dataclasses.make_dataclass(
+        "PlanArgs",
+        [
+            ("run", Annotated[PlanRunConfig, omit]),
+            ("planner", Annotated[PlannerConfig, omit], dataclasses.field(default=PlannerConfig())),
+        ],
+    )
+    description = "Plan with MPPI or CEM using the true simulator as model (JAX envs)."
+    args = _guard(lambda: tyro.cli(args_cls, args=argv, prog="jaxrl plan", description=description))
+    summary = _guard(lambda: plan_run(args.run, args.planner))
+    print(
+        f"return {summary['final_eval_return_mean']:.2f} +/- {summary['final_eval_return_std']:.2f}"
+        f" over {summary['episodes']} episode(s); planning latency per action: median "
+        f"{summary['plan_latency_ms_median']:.2f} ms, p90 {summary['plan_latency_ms_p90']:.2f} ms"
+    )
+    return summary
 
 
 def _print_summary(summary: dict[str, Any]) -> None:

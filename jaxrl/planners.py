@@ -199,7 +199,8 @@ def refit(
 
     The weighted mean and (biased) weighted standard deviation about the new mean, smoothed by
     ``momentum`` (mbrl-lib's ``alpha``; 0 = no smoothing, TD-MPC2), std clipped to
-    ``[min_std, max_std]``.
+    ``[min_std, max_std]``. The smoothing applies to the std, as the issue-16 contract states;
+    mbrl-lib's ``CEMOptimizer`` smooths the variance instead.
     """
     w = weights[:, None, None]
     mean = jnp.sum(w * elites, axis=0)
@@ -283,7 +284,7 @@ def plan(
                 f"got {values.shape}."
             )
         # NaN (a diverged model rollout) ranks last instead of poisoning the weights.
-        values = jnp.where(jnp.isnan(values), -jnp.inf, values)
+        values = jnp.where(jnp.isnan(values), -jnp.inf, values).astype(mean.dtype)
         elite_values, idx = jax.lax.top_k(values, config.num_elites)
         return actions[idx], elite_values
 
