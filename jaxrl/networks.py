@@ -88,15 +88,19 @@ class QNetwork(nn.Module):
         return mlp(x)[..., 0]
 
 
-def ensemble(module_cls: type[nn.Module], num: int) -> type[nn.Module]:
+def ensemble(
+    module_cls: type[nn.Module], num: int, split_rngs: tuple[str, ...] = ("params",)
+) -> type[nn.Module]:
     """Return ``module_cls`` replicated ``num`` times with independent parameters (``nn.vmap``).
 
-    Inputs are shared across members; outputs gain a leading axis of size ``num``.
+    Inputs are shared across members; outputs gain a leading axis of size ``num``. The RNG
+    streams named in ``split_rngs`` differ between members (add ``"dropout"`` for independent
+    dropout masks).
     """
     return nn.vmap(
         module_cls,
         variable_axes={"params": 0},
-        split_rngs={"params": True},
+        split_rngs={name: True for name in split_rngs},
         in_axes=None,
         out_axes=0,
         axis_size=num,
@@ -122,6 +126,56 @@ class EnsembleQ(nn.Module):
             self.hidden_dims, self.layer_norm, self.activation, self.layer_norm_order
         )
         return qs(obs, action)
+
+
+class SimNorm(nn.Module):
+    """Simplicial normalization: a softmax over consecutive groups of ``dim`` features.
+
+    Lavoie et al. (2022), "Simplicial Embeddings in Self-Supervised Learning"; TD-MPC2's latent
+    normalization (Hansen et al., 2024, Sec. 3). The input width must be a multiple of ``dim``;
+    each group of the output sums to 1.
+    """
+
+    dim: int = 8
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """Normalize ``x`` of shape ``[..., k * dim]``."""
+        if x.shape[-1] % self.dim:
+            raise ValueError(
+                f"SimNorm needs a feature width divisible by dim={self.dim}, got {x.shape[-1]}."
+            )
+        groups = x.reshape(*x.shape[:-1], -1, self.dim)
+        return jax.nn.softmax(groups, axis=-1).reshape(x.shape)
+
+
+class NormedMLP(nn.Module):
+    """TD-MPC2's MLP (Hansen et al., 2024): hidden layers Dense -> LayerNorm -> Mish, Dense out.
+
+    As the authors' ``layers.mlp``: weights ~ N(0, 0.02^2), zero biases, LayerNorm epsilon 1e-5;
+    ``dropout`` after the first Dense layer only; ``simnorm_dim`` adds LayerNorm + ``SimNorm``
+    after the output layer; ``zero_out`` starts the output kernel at zero.
+    """
+
+    hidden_dims: Sequence[int]
+    out_dim: int
+    simnorm_dim: int | None = None
+    dropout: float = 0.0
+    zero_out: bool = False
+
+    @nn.compact
+    def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
+        """Apply to ``[..., in_dim]``; dropout is active when ``deterministic`` is False."""
+        init = nn.initializers.normal(0.02)
+        for i, width in enumerate(self.hidden_dims):
+            x = nn.Dense(width, kernel_init=init)(x)
+            if i == 0 and self.dropout > 0:
+                x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
+            x = jax.nn.mish(nn.LayerNorm(epsilon=1e-5)(x))
+        x = nn.Dense(self.out_dim, kernel_init=nn.initializers.zeros if self.zero_out else init)(x)
+        if self.simnorm_dim is None:
+            return x
+        return SimNorm(self.simnorm_dim)(nn.LayerNorm(epsilon=1e-5)(x))
 
 
 class TanhGaussianActor(nn.Module):

@@ -142,6 +142,7 @@ def _register_builtin() -> None:
     from jaxrl.agents.ppo import PPO, PPOConfig
     from jaxrl.agents.sac import SAC, RLPDConfig, SACConfig
     from jaxrl.agents.td3 import TD3, TD3Config
+    from jaxrl.agents.tdmpc2 import TDMPC2, TDMPC2Config, tdmpc2_env_defaults
     from jaxrl.offline.bc import BC, BCConfig
     from jaxrl.offline.cql import CQL, CalQLConfig, CQLConfig
     from jaxrl.offline.diffusion_ql import DiffusionQL, DiffusionQLConfig
@@ -167,6 +168,15 @@ def _register_builtin() -> None:
             "diffusion-ql", DiffusionQL, DiffusionQLConfig, horizon_field="max_steps", **offline
         ),
         AgentSpec("fql", FQL, FQLConfig, **offline),
+        AgentSpec(
+            "tdmpc2",
+            TDMPC2,
+            TDMPC2Config,
+            "planner",
+            sequence_field="horizon",
+            burst_at_start=True,
+            env_defaults=tdmpc2_env_defaults,
+        ),
         AgentSpec("pets", PETS, PETSConfig, "planner"),
     ):
         register(spec)

@@ -1,4 +1,4 @@
-"""Online agents: SAC (and RLPD, SAC with RLPD's configuration), TD3, PPO; planners: PETS.
+"""Online agents: SAC (and RLPD, SAC with RLPD's configuration), TD3, PPO; planners: TD-MPC2, PETS.
 
 ``jaxrl.registry`` names every agent, online and offline, with its config and kind.
 """
@@ -7,6 +7,7 @@ from jaxrl.agents.pets import PETS, PETSConfig
 from jaxrl.agents.ppo import PPO, PPOConfig
 from jaxrl.agents.sac import SAC, RLPDConfig, SACConfig
 from jaxrl.agents.td3 import TD3, TD3Config
+from jaxrl.agents.tdmpc2 import TDMPC2, TDMPC2Config
 
 __all__ = [
     "PETS",
@@ -18,4 +19,6 @@ __all__ = [
     "SACConfig",
     "TD3",
     "TD3Config",
+    "TDMPC2",
+    "TDMPC2Config",
 ]
