@@ -244,17 +244,18 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
         if spec.offline:  # the online phase of an offline-to-online run
             agent = online_agent(spec, agent, agent_cfg, train_cfg, obs, act)
             agent_cfg = agent.config
-        template = init_loop_state(spec, agent, _Dims(obs, act))
+        template = init_loop_state(spec, agent, _Dims(obs, act, train_cfg.num_envs or 1))
     state, meta = ckpt.restore(strongly_typed(template), step)
     return LoadedRun(run_dir, config, agent_cfg, train_cfg, state.agent, state, meta)
 
 
 @dataclasses.dataclass
 class _Dims:
-    """Just the examples ``init_loop_state`` reads from an env."""
+    """Just what ``init_loop_state`` reads from an env: examples and the number of copies."""
 
     obs_example: Any
     action_example: Any
+    num_envs: int
 
 
 __all__ = [

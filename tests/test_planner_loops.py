@@ -130,3 +130,27 @@ def test_host_loop_carries_the_plan_samples_sequences_and_bursts(tmp_path):
     assert int(state.agent.updates) == (steps - 40) + 40
     rows = read_metrics(os.path.join(out, "metrics.csv"))
     assert rows[-1]["probe/ok"] == 1.0 and "eval_return" in rows[-1]
+
+
+def test_pets_with_mppi_trains_in_the_host_loop_and_evaluates_by_planning(tmp_path, capsys):
+    import json
+
+    from jaxrl.cli import main
+
+    out = str(tmp_path / "pets")
+    tiny = ["--hidden-dims", "32", "32", "--ensemble-size", "2", "--num-elites", "2"]
+    tiny += ["--population", "32", "--cem-elites", "4", "--cem-iterations", "2", "--horizon", "5"]
+    tiny += ["--num-particles", "2", "--batch-size", "32", "--learning-starts", "100"]
+    main(
+        ["train", "pets", "--env", "Pendulum-v1", "--total-steps", "150", "--eval-every", "150"]
+        + ["--eval-episodes", "1", "--out", out, "--no-progress", "--method", "mppi"]
+        + tiny
+    )
+    summary = json.loads(open(os.path.join(out, "summary.json")).read())
+    assert summary["completed"] and np.isfinite(summary["final_eval_return_mean"])
+    rows = read_metrics(os.path.join(out, "metrics.csv"))
+    assert np.isfinite(rows[-1]["model/nll"]) and rows[-1]["model/mse"] < 1.0  # it learned
+    capsys.readouterr()
+    main(["eval", out, "--episodes", "1"])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["agent"] == "pets" and np.isfinite(result["return_mean"])

@@ -327,6 +327,11 @@ class PETSConfig(OffPolicyFields):
     """'learned' (a reward head) or a known reward function: 'pendulum'."""
     horizon: int = 15
     """Planning horizon of CEM."""
+    method: Literal["cem", "mppi"] = "cem"
+    """Planner over the particles: 'cem' (mbrl-lib's; uniform elites) or 'mppi' (elites weighted
+    by exp(temperature * (V - max V))); the cem_* fields below size either."""
+    temperature: float = 1.0
+    """Inverse temperature of 'mppi' on the planned (undiscounted) returns."""
     population: int = 500
     """Action sequences sampled per CEM iteration."""
     cem_elites: int = 50
@@ -375,9 +380,10 @@ class PETSConfig(OffPolicyFields):
             raise ConfigError(f"PETSConfig planner fields: {err}") from None
 
     def planner_config(self) -> planners.PlannerConfig:
-        """The CEM ``PlannerConfig`` these fields describe."""
+        """The ``PlannerConfig`` (CEM or MPPI) these fields describe."""
         return planners.PlannerConfig(
-            method="cem",
+            method=self.method,
+            temperature=self.temperature,
             horizon=self.horizon,
             num_samples=self.population,
             num_elites=self.cem_elites,
