@@ -31,7 +31,11 @@ model being copies of the simulator state, at
     planning steps after the first log interval (which holds the compilation), from the
     ``time/env_steps_per_s`` of ``metrics.csv`` (the final evaluation is not timed).
 
-    .venv/bin/python benchmarks/planners.py [--only true-model pets] [--episodes 3] [--seed 0]
+``tdmpc2``: TD-MPC2's planning latency and update time at the published defaults and at the
+learning test's CPU configuration, its training speed, and its learning against SAC on
+Pendulum-v1 and InvertedPendulum-v5 at equal env steps (``benchmarks/tdmpc2_vs_sac.py``).
+
+    .venv/bin/python benchmarks/planners.py [--only true-model pets tdmpc2] [--episodes 3]
 
 Writes benchmarks/results/planners.{md,json}; the JSON merges into an existing file, so a
 section run alone replaces only its own results (each section records its machine load). Add a
@@ -52,6 +56,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from tdmpc2_vs_sac import add_arguments, tdmpc2_section, tdmpc2_table
 
 from jaxrl.agents.pets import PETS, PETSConfig
 from jaxrl.cli import train
@@ -344,6 +349,7 @@ class Section:
 SECTIONS: dict[str, Section] = {
     "true-model": Section("true_simulator", true_model_section, true_model_table),
     "pets": Section("pets", pets_section, pets_table),
+    "tdmpc2": Section("tdmpc2", tdmpc2_section, tdmpc2_table),
 }
 
 
@@ -409,6 +415,7 @@ def main() -> None:
         "--pets-default-actions", type=int, default=5, help="pets: actions timed at the defaults"
     )
     p.add_argument("--pets-train-steps", type=int, default=600, help="pets: steps per run")
+    add_arguments(p)
     args = p.parse_args()
     results = load_results()
     for name in args.only:

@@ -78,8 +78,9 @@ LEARN = [
 @pytest.mark.slow
 def test_tdmpc2_learns_jax_pendulum_in_the_fused_loop(tmp_path, record_property):
     # 4000 env steps (1000 random, discount 0.975 and learning_starts 1000 from the 200-step
-    # episodes), ~55 s on 2 quiet cores (~20 s of it compilation). Final return (evaluated
-    # over 10 episodes), seeds 0-4: -251, -259, -100, -153, -86. Random actions: about -1200.
+    # episodes), ~55 s on 2 quiet cores (~20 s of it compilation). Final return over the
+    # test's 20 episodes, seeds 0-4: -201, -468, -113, -163, -223 (over 10: -251, -259, -100,
+    # -153, -86). Random actions: about -1200.
     # At this budget TD-MPC2 swings the pendulum up and holds it (about -120 per episode)
     # from most starts, but from 5-20% of the starts near the bottom it still pushes at full
     # torque and stays stuck off the bottom (about -1500): the mean of 50 episodes of the
