@@ -26,6 +26,7 @@ How the families still to come fit:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -44,6 +45,26 @@ from jaxrl.loops.config import TrainConfig
 
 NONFINITE = "train/nonfinite_updates"
 """Metrics column: updates so far after which the agent held a NaN."""
+
+_EVAL_HOOKS: list[Any] = []
+
+
+@contextlib.contextmanager
+def on_eval(hook: Any) -> Any:
+    """Call ``hook(out, step, eval_return, nonfinite)`` at every evaluation of every member.
+
+    For tuners (Optuna's pruner, Ray Tune's reports) that run ``jaxrl.cli.train`` in-process:
+    ``out`` is the member's run directory, ``step`` its step (env steps; offline: gradient
+    steps), ``eval_return`` the mean evaluation return and ``nonfinite`` the count of updates
+    after which the agent held a NaN. The hook runs after the point's checkpoint is written
+    (checkpoints fall on evaluation points by default). An exception it raises (e.g. Optuna's
+    ``TrialPruned``) ends the run there.
+    """
+    _EVAL_HOOKS.append(hook)
+    try:
+        yield hook
+    finally:
+        _EVAL_HOOKS.remove(hook)
 
 
 # ----------------------------------------------------------------------------- device helpers
@@ -189,6 +210,7 @@ class Harness:
             numbered ``step_offset + step``.
         where: what the plot titles say the agent trained on (default ``cfg.env``).
         score_fn: ``return -> normalized score or None``.
+        seeds: each member's seed (default ``cfg.seed + i``; a sweep's members repeat seeds).
     """
 
     def __init__(
@@ -202,6 +224,7 @@ class Harness:
         step_offset: int = 0,
         where: str | None = None,
         score_fn: Any = None,
+        seeds: list[int] | None = None,
     ):
         self.name, self.cfg, self.outs, self.phase = name, cfg, list(outs), phase
         self.stacked, self.step_offset = stacked, step_offset
@@ -215,6 +238,8 @@ class Harness:
         self.step, self.updates = 0, 0
         self.last_eval = np.full((len(outs), 2), np.nan)
         self.stop, self.bar, self._warned = StopFlag(), None, False
+        self._pending_eval, self.last_nonfinite = False, [0] * len(outs)
+        self.seeds = list(seeds) if seeds is not None else [cfg.seed + i for i in range(len(outs))]
 
     # -- resume -------------------------------------------------------------------------------
 
@@ -295,7 +320,18 @@ class Harness:
         self.stop.__exit__(*exc)
 
     def running(self) -> bool:
-        """True until the budget is done or a stop signal arrived."""
+        """True until the budget is done or a stop signal arrived.
+
+        The loops ask at the end of every point, after its log and checkpoint: an evaluation
+        recorded there is handed to the ``on_eval`` hooks first.
+        """
+        if self._pending_eval:
+            self._pending_eval = False
+            count = self.last_nonfinite
+            for hook in list(_EVAL_HOOKS):
+                for i, out in enumerate(self.outs):
+                    step = self.step_offset + self.step
+                    hook(out, step, float(self.last_eval[i, 0]), int(count[i]))
         return self.step < self.cadence.total_steps and not self.stop.raised
 
     def advance(self, steps: int, updates: int = 0) -> Points:
@@ -315,6 +351,8 @@ class Harness:
         """Keep each member's evaluation (``returns``: ``[members, episodes]``) in its row."""
         returns = np.asarray(returns).reshape(len(self.outs), -1)
         self.last_eval = np.stack([returns.mean(1), returns.std(1)], 1)
+        self.last_nonfinite = [row.get(NONFINITE, 0) for row in rows]
+        self._pending_eval = True
         for row, (mean, std) in zip(rows, self.last_eval, strict=True):
             row["eval_return"], row["eval_return_std"] = float(mean), float(std)
             score = self.score_fn(float(mean))
@@ -359,7 +397,7 @@ class Harness:
         if self.bar is not None:
             self.bar.close()
         for i, logger in enumerate(self.loggers):
-            seed = f" (seed {self.cfg.seed + i})" if self.stacked else ""
+            seed = f" (seed {self.seeds[i]})" if self.stacked else ""
             logger.plot(f"{self.name} on {self.where}{seed}")
             logger.close()
         done = self.step >= self.cadence.total_steps
@@ -373,7 +411,7 @@ class Harness:
             summary = {
                 "agent": self.name,
                 "env": self.cfg.env,
-                "seed": self.cfg.seed + i,
+                "seed": self.seeds[i],
                 "total_steps": self.step,
                 "final_eval_return_mean": mean if done else None,
                 "final_eval_return_std": std if done else None,
@@ -397,5 +435,6 @@ __all__ = [
     "StopFlag",
     "compile_cache",
     "nonfinite",
+    "on_eval",
     "strongly_typed",
 ]
