@@ -11,18 +11,23 @@ import os
 import sys
 from typing import Annotated, Any
 
-USAGE = """usage: jaxrl {{train,finetune,eval,dataset,plot,plan}} ...
+USAGE = """usage: jaxrl {{train,finetune,eval,dataset,sweep,plot,plan}} ...
 
   jaxrl train AGENT --env ENV [--total-steps N] [--seed S] [--num-envs E] [--out DIR]
                     [--eval-every N] [--eval-episodes N] [agent options...]
   jaxrl train AGENT --dataset PATH|minari:ID [--env ENV] ...   offline agents
   jaxrl train AGENT --dataset D --env E --offline-steps N --online-steps M   offline-to-online
   jaxrl train rlpd --env E --dataset D [--total-steps M] [--offline-ratio 0.5]   online + data
+  jaxrl train AGENT --config FILE.json ...   agent settings from a file (a run's config.json,
+                    a sweep's best_config.json); options after it override them
   jaxrl finetune DIR --online-steps M [--offline-ratio R]   continue an offline run online
   jaxrl dataset collect --env ENV --policy RUN_DIR --kind KIND --steps N --out FILE.hdf5
   jaxrl dataset info FILE [--env ENV]   size, episodes, returns, reference scores
   jaxrl eval DIR [--episodes N]      print one JSON line with the evaluation return
   jaxrl plot DIR [DIR ...] [--out FILE]   plot eval return against steps
+  jaxrl sweep AGENT --env ENV|--dataset D --seeds N --grid FIELD=V1,V2 [--grid ...] [options]
+                    settings x seeds; vmapped in one program on JAX envs and datasets
+  jaxrl sweep AGENT --backend optuna|ray --search FIELD=loguniform:LO:HI --trials N ...
   jaxrl plan --env ENV [--episodes N] [--out DIR] [--seed S] [planner options...]
                     MPPI/CEM with the true simulator as model (JAX envs; no learning)
 
@@ -54,14 +59,16 @@ def parse_train_args(agent_name: str, argv: list[str], defaults: Any = None) -> 
         raise SystemExit(
             f"Unknown agent {agent_name!r}; choose one of: {', '.join(registry.names())}."
         )
-    config_cls = registry.get(agent_name).config
+    spec = registry.get(agent_name)
+    config_cls = spec.config
+    argv, agent_defaults = _config_file(spec, argv)
     defaults = defaults or TrainConfig()
     omit = tyro.conf.OmitArgPrefixes
     args_cls = dataclasses.make_dataclass(
         f"Train{config_cls.__name__}",
         [
             ("train", Annotated[TrainConfig, omit], dataclasses.field(default=defaults)),
-            ("agent", Annotated[config_cls, omit], dataclasses.field(default_factory=config_cls)),
+            ("agent", Annotated[config_cls, omit], dataclasses.field(default=agent_defaults)),
         ],
     )
     args = tyro.cli(
@@ -75,6 +82,45 @@ def parse_train_args(agent_name: str, argv: list[str], defaults: Any = None) -> 
     if train_cfg.dataset and not env_given:
         train_cfg = dataclasses.replace(train_cfg, env="")  # "": the dataset's env (train())
     return train_cfg, args.agent
+
+
+def _config_file(spec: Any, argv: list[str]) -> tuple[list[str], Any]:
+    """``argv`` without ``--config FILE``, and the agent config that file holds (or defaults).
+
+    The file is JSON: a run's ``config.json`` or a sweep's ``best_config.json`` (the
+    ``agent_config`` section), or a plain ``{field: value}`` object.
+    """
+    argv = list(argv)
+    path = None
+    for i, a in enumerate(argv):
+        if a == "--config" and i + 1 < len(argv):
+            path = argv[i + 1]
+            del argv[i : i + 2]
+            break
+        if a.startswith("--config="):
+            path = a.split("=", 1)[1]
+            del argv[i]
+            break
+    if path is None:
+        return argv, spec.config()
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"--config {path}: cannot read it as JSON ({e}).") from None
+    if data.get("agent") not in (None, spec.name):
+        raise ValueError(
+            f"--config {path} holds settings of {data['agent']!r}, not {spec.name!r}; use "
+            f"`jaxrl train {data['agent']} --config {path}`."
+        )
+    fields = data.get("agent_config", data)
+    known = {f.name for f in dataclasses.fields(spec.config)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ValueError(
+            f"--config {path}: {spec.config.__name__} has no field(s) {', '.join(unknown)}."
+        )
+    return argv, spec.make_config(**fields)
 
 
 def train(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
@@ -328,6 +374,12 @@ def main(argv: list[str] | None = None) -> None:
             for d in a.run_dirs
         }
         print(plot_learning_curves(curves, a.out))
+    elif cmd == "sweep":
+        from jaxrl.sweeps import sweep_command
+
+        result = _guard(lambda: sweep_command(rest))
+        if "settings" in result:
+            print(json.dumps({"out": result.get("out"), "programs": result.get("programs")}))
     elif cmd == "plan":
         _plan_command(rest)
     else:

@@ -95,11 +95,14 @@ def evaluate_jax(
 
 
 def evaluator(eval_env: Any, seed: int, policy: Acting = POLICY) -> Any:
-    """``agent -> [episodes] returns`` (numpy) for a host env or a JAX env."""
+    """``(agent, seed=seed) -> [episodes] returns`` (numpy) for a host env or a JAX env.
+
+    The seed may be given per call (a sweep's members): a JAX env's evaluation compiles once.
+    """
     if isinstance(eval_env, HostEnv):
-        return lambda agent: evaluate(agent, eval_env, seed, policy=policy)
-    fn = jax.jit(lambda a: evaluate_jax(a, eval_env, jax.random.key(seed), policy=policy))
-    return lambda agent: np.asarray(fn(agent))
+        return lambda agent, seed=seed: evaluate(agent, eval_env, seed, policy=policy)
+    fn = jax.jit(lambda a, k: evaluate_jax(a, eval_env, k, policy=policy))
+    return lambda agent, seed=seed: np.asarray(fn(agent, jax.random.key(seed)))
 
 
 def close_envs(*envs: Any) -> None:

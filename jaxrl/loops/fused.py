@@ -258,28 +258,45 @@ def train_fused(
     eval_env: Any,
     cfg: TrainConfig,
     outs: list[str],
+    *,
+    seeds: list[int] | None = None,
+    agents: Any = None,
 ) -> list[dict[str, Any]]:
-    """Train ``len(outs)`` members (seeds ``cfg.seed + i``) on a JAX env, one program per chunk.
+    """Train ``len(outs)`` members on a JAX env, one program per chunk.
 
     Each member writes its own run directory (``outs[i]``), which is also a valid single-seed
     run: it resumes and evaluates on its own.
+
+    Args:
+        spec: the agent's registry entry.
+        agent_config: the config every member shares (static structure).
+        env: the training envs (``cfg.num_envs`` copies per member).
+        eval_env: the evaluation envs.
+        cfg: loop options.
+        outs: one run directory per member (``config.json`` already written).
+        seeds: each member's seed (default ``cfg.seed + i``).
+        agents: the members' agents stacked on a leading axis, when they differ in more than
+            their seed (a sweep: ``jaxrl.sweeps.member_agents``); default: created from
+            ``agent_config`` and the seeds.
 
     Returns:
         The per-member summaries (also written to ``outs[i]/summary.json``).
     """
     iteration, unit, updates_per_iter = _iteration(spec, agent_config, env, cfg)
-    h = Harness(spec.name, cfg, outs, stacked=True)
-    seeds = jnp.arange(len(outs), dtype=jnp.int32) + cfg.seed
-    states = jax.jit(jax.vmap(lambda s: init_fused_state(spec, agent_config, env, s)))(seeds)
+    seeds = list(seeds) if seeds is not None else [cfg.seed + i for i in range(len(outs))]
+    h = Harness(spec.name, cfg, outs, stacked=True, seeds=seeds)
+    seed_array = jnp.asarray(seeds, dtype=jnp.int32)
+    states = jax.jit(jax.vmap(lambda s: init_fused_state(spec, agent_config, env, s)))(seed_array)
+    if agents is not None:
+        states = states.replace(agent=agents)
     states, _ = h.resume(strongly_typed(states))
     if (done := h.completed()) is not None:
         return done
     run_chunk = compile_cache(lambda k: jit_chunk(iteration, k, unit))
     policy = acting(spec)
-    eval_fn = jax.jit(
-        jax.vmap(lambda a, k, s: evaluate_jax(a, eval_env, k, s, policy), in_axes=(0, None, 0))
-    )
-    eval_key = jax.random.key(cfg.seed + 10_000)
+    eval_fn = jax.jit(jax.vmap(lambda a, k, s: evaluate_jax(a, eval_env, k, s, policy)))
+    # Each member evaluates with its own seed's key, as its single run would.
+    eval_key = jax.vmap(lambda s: jax.random.key(s + 10_000))(seed_array)
     with h:
         while h.running():
             iters = h.cadence.chunk(h.step, unit)

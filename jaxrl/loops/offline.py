@@ -54,35 +54,57 @@ def train_offline(
     data: BufferState,
     eval_env: Any,
     cfg: TrainConfig,
-    out: str,
+    out: str | list[str],
     *,
     score_fn: Any = None,
-) -> dict[str, Any]:
+    seeds: list[int] | None = None,
+) -> Any:
     """Train ``agent`` on a fixed dataset for ``cfg.total_steps`` gradient steps.
 
-    Resumes from ``out/checkpoints``.
+    Members (a sweep's settings x seeds) train as one vmapped program on the shared dataset:
+    pass ``out`` as a list of run directories and ``agent`` stacked on a leading member axis
+    (``jaxrl.sweeps.member_agents``). Each member resumes from its own ``checkpoints`` and
+    evaluates on the host in turn.
 
     Args:
         spec: the agent's registry entry.
-        agent: a freshly created agent, its ``norm`` already set from the dataset.
+        agent: a freshly created agent, its ``norm`` already set from the dataset (members:
+            stacked agents).
         data: the dataset as a full buffer state (``Dataset.buffer``).
         eval_env: evaluation env (``cfg.eval_episodes`` copies; Gymnasium or JAX).
         cfg: loop options; ``total_steps``, ``eval_every``, ``log_every`` count gradient steps.
-        out: run directory (``prepare_run_dir`` first).
+        out: run directory (``prepare_run_dir`` first), or one per member.
         score_fn: ``return -> normalized score or None`` (e.g. ``Dataset.normalized_score``).
+        seeds: each member's seed (default ``cfg.seed + i``).
 
     Returns:
-        The summary written to ``out/summary.json``.
+        The summary written to ``out/summary.json`` (members: the list of summaries).
     """
+    outs = [out] if isinstance(out, str) else list(out)
+    seeds = list(seeds) if seeds is not None else [cfg.seed + i for i in range(len(outs))]
+    agents = jax.tree.map(lambda x: x[None], agent) if isinstance(out, str) else agent
     where = cfg.dataset or cfg.env
-    h = Harness(spec.name, cfg, [out], phase="offline", where=where, score_fn=score_fn)
-    fresh = OfflineState(agent, jax.random.key(cfg.seed + 1), np.int32(0))
+    h = Harness(
+        spec.name,
+        cfg,
+        outs,
+        phase="offline",
+        where=where,
+        score_fn=score_fn,
+        stacked=True,
+        seeds=seeds,
+    )
+    rngs = jax.vmap(lambda s: jax.random.key(s + 1))(jnp.asarray(seeds, jnp.int32))
+    fresh = OfflineState(agents, rngs, np.zeros(len(outs), np.int32))
     state, _ = h.resume(strongly_typed(fresh))
     if (done := h.completed()) is not None:
-        return done[0]
+        return done[0] if isinstance(out, str) else done
+    batch_size = agents.config.batch_size  # static: the members share it
     run_chunk = compile_cache(
         lambda n: jax.jit(
-            partial(_offline_chunk, num_updates=n, batch_size=agent.config.batch_size),
+            jax.vmap(
+                partial(_offline_chunk, num_updates=n, batch_size=batch_size), in_axes=(0, None)
+            ),
             donate_argnums=0,
         )
     )
@@ -93,18 +115,26 @@ def train_offline(
             state, info = run_chunk(n)(state, data)
             info, nonfinite = jax.device_get((info, state.nonfinite))  # waits for the chunk
             at = h.advance(n, n)
-            row = {k: float(v) for k, v in info.items()}
-            row[NONFINITE] = int(nonfinite)
-            row["time/updates_per_s"] = h.rate()  # compute time: the chunk has finished
+            rows = [
+                {k: float(v[i]) for k, v in info.items()} | {NONFINITE: int(nonfinite[i])}
+                for i in range(len(outs))
+            ]
+            for row in rows:
+                row["time/updates_per_s"] = h.rate()  # compute time: the chunk has finished
             if at.eval:
-                h.record_eval(evaluate_fn(state.agent), row)
+                returns = [
+                    evaluate_fn(jax.tree.map(lambda x, i=i: x[i], state.agent), s + 10_000)
+                    for i, s in enumerate(seeds)
+                ]
+                h.record_eval(np.stack(returns), *rows)
             if at.log:
-                h.log(row)
+                h.log(*rows)
             if at.save:
                 h.save(state)
         if h.stop.raised:
             h.save(state)
-    return h.finish({"env_steps_per_s": 0.0, "dataset": cfg.dataset})[0]
+    summaries = h.finish({"env_steps_per_s": 0.0, "dataset": cfg.dataset})
+    return summaries[0] if isinstance(out, str) else summaries
 
 
 __all__ = ["OfflineState", "train_offline"]

@@ -86,6 +86,13 @@ def data_norm(dataset: Any, config: Any) -> DataNorm:
     return norm
 
 
+def with_data_norm(spec: AgentSpec, agent: Any, dataset: Any) -> Any:
+    """``agent`` with its dataset statistics set (``spec.data_norm`` agents; others unchanged)."""
+    if spec.data_norm:
+        return agent.replace(norm=data_norm(dataset, agent.config))
+    return agent
+
+
 def prepare_offline(
     spec: AgentSpec, agent: Any, dataset: Any, action_low: Any = -1.0, action_high: Any = 1.0
 ) -> tuple[Any, BufferState]:
@@ -101,8 +108,7 @@ def prepare_offline(
         action_low: the env's lower action bounds (the buffer holds actions in ``[-1, 1]``).
         action_high: the env's upper action bounds.
     """
-    if spec.data_norm:
-        agent = agent.replace(norm=data_norm(dataset, agent.config))
+    agent = with_data_norm(spec, agent, dataset)
     discount = float(agent.config.discount) if spec.needs_mc_return else None
     return agent, dataset.buffer(action_low, action_high, spec.needs_next_action, discount)
 

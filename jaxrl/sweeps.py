@@ -1,0 +1,641 @@
+"""Sweeps of settings x seeds: ``jaxrl sweep AGENT --grid FIELD=V1,V2 ... --seeds N``.
+
+On JAX envs (the fused loop) and for offline agents (the dataset already on the device) the
+grid x seeds trains as one vmapped program, compiled once. That works because every value a
+user sweeps inside a program is a pytree leaf of the agent (learning rates in the optimizer
+state via ``optax.inject_hyperparams``, ``tau``, the discount and loss weights in ``hparams``):
+each member is created from its own config, then given the program's shared config as its
+static field (``agent.replace(config=...)``), so the members' pytrees have one structure and
+stack on a leading axis.
+
+A field is a **leaf** when changing it changes only leaf values of a created agent, with the
+same shapes, and no loop reads it. Everything else is **static**: shapes (``hidden_dims``,
+``num_qs``), the fields the loops read (``batch_size``, ``utd_ratio``, ``learning_starts``,
+``buffer_size``, the schedule horizon, the sequence length, the discount of Monte-Carlo
+returns), and fields only the update's Python code reads (``num_min_qs``, ``policy_q``,
+``policy_delay``, clip settings...). A static field splits the sweep into one program per
+value (``--no-split`` refuses instead). The classification is made by creating agents, so it
+holds for any registered agent; ``jaxrl sweep AGENT --list-fields`` prints it.
+
+Host (Gymnasium) envs run each member as a normal ``jaxrl train`` in worker processes, at
+most as many at once as there are cores. Each member writes a complete run directory
+``OUT/<setting>/s<seed>`` (it resumes and evaluates on its own); ``OUT/sweep.md`` and
+``OUT/sweep.json`` aggregate the final returns per setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import math
+import os
+import types
+import typing
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl.config import ConfigError
+from jaxrl.registry import AgentSpec
+
+LOOP_FIELDS = (
+    "buffer_size",
+    "batch_size",
+    "utd_ratio",
+    "learning_starts",
+    "normalize_observations",
+)
+"""Agent-config fields the training loops read: always static."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One run of a sweep: a setting of the swept fields and a seed.
+
+    Attributes:
+        setting: the swept fields' values of this member.
+        seed: its seed.
+        config: its full agent config.
+        out: its run directory.
+    """
+
+    setting: dict[str, Any]
+    seed: int
+    config: Any
+    out: str
+
+    @property
+    def label(self) -> str:
+        """``field=value,...`` of the setting (the run directory's parent name)."""
+        return setting_label(self.setting)
+
+
+def setting_label(setting: dict[str, Any]) -> str:
+    """``actor_lr=0.0001,tau=0.005``: a setting as a directory name (``base`` when empty)."""
+    return ",".join(f"{k}={_fmt(v)}" for k, v in setting.items()) or "base"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, tuple):
+        return ":".join(map(str, v))
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+# ------------------------------------------------------------------------------ the grid
+
+
+def _field_type(config_cls: type, name: str) -> Any:
+    return typing.get_type_hints(config_cls)[name]
+
+
+def _parse_value(text: str, hint: Any, name: str) -> Any:
+    """A grid value of field ``name`` with type ``hint`` (``float | None`` accepts ``none``)."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if text.lower() == "none" and type(None) in args:
+            return None
+        (hint,) = [a for a in args if a is not type(None)][:1] or (str,)
+        args = typing.get_args(hint)
+    origin = typing.get_origin(hint)
+    try:
+        if hint is bool:
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.lower() == "true"
+        if hint is int:
+            value = float(text)
+            if value != int(value):
+                raise ValueError(text)
+            return int(value)
+        if hint is float:
+            return float(text)
+        if origin is tuple:
+            return tuple(_parse_value(t, args[0], name) for t in text.split(":"))
+        if origin is typing.Literal and text not in args:
+            raise ValueError(text)
+    except ValueError:
+        raise ConfigError(
+            f"--grid {name}: cannot read {text!r} as {getattr(hint, '__name__', hint)}"
+            f"{' (tuples: 256:256)' if origin is tuple else ''}."
+        ) from None
+    return text
+
+
+def parse_grid(specs: list[str], config_cls: type) -> dict[str, tuple]:
+    """``["actor_lr=1e-4,3e-4", "tau=0.005"]`` -> ``{"actor_lr": (1e-4, 3e-4), "tau": (0.005,)}``.
+
+    Raises:
+        ConfigError: a spec without ``=``, an unknown field (the known ones are listed), an
+            empty list, a repeated field or a value of the wrong type.
+    """
+    fields = [f.name for f in dataclasses.fields(config_cls)]
+    grid: dict[str, tuple] = {}
+    for spec in specs:
+        name, sep, values = spec.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep:
+            raise ConfigError(f"--grid {spec!r}: write FIELD=V1,V2,... (e.g. actor_lr=1e-4,3e-4).")
+        if name not in fields:
+            raise ConfigError(
+                f"--grid: {config_cls.__name__} has no field {name!r}; its fields are: "
+                f"{', '.join(fields)}."
+            )
+        if name in grid:
+            raise ConfigError(f"--grid {name} is given twice; list all its values in one --grid.")
+        items = [v.strip() for v in values.split(",") if v.strip()]
+        if not items:
+            raise ConfigError(f"--grid {name}= has no values; write e.g. {name}=V1,V2.")
+        hint = _field_type(config_cls, name)
+        grid[name] = tuple(_parse_value(v, hint, name) for v in items)
+    return grid
+
+
+def settings(grid: dict[str, tuple]) -> list[dict[str, Any]]:
+    """Every combination of the grid's values, in the order given (the last field fastest)."""
+    names = list(grid)
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*grid.values())]
+
+
+# ------------------------------------------------------------------------- leaf or static
+
+
+def loop_fields(spec: AgentSpec) -> set[str]:
+    """The agent-config fields the loops read for ``spec`` (static whatever create does)."""
+    fields = set(LOOP_FIELDS) | {spec.horizon_field, spec.sequence_field} - {None}
+    if spec.needs_mc_return:
+        fields.add("discount")  # the dataset's Monte-Carlo returns are computed with it
+    return fields
+
+
+def graft(agent: Any, config: Any) -> Any:
+    """``agent`` carrying ``config`` as its static field (its leaves unchanged)."""
+    return agent.replace(config=config)
+
+
+def _raw(x: Any) -> np.ndarray:
+    """A leaf as numpy (PRNG keys as their key data)."""
+    x = jnp.asarray(x)
+    if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+        x = jax.random.key_data(x)
+    return np.asarray(x)
+
+
+def _layout(tree: Any) -> list[tuple]:
+    """Every leaf's path, shape and dtype (static fields such as optimizers are left out)."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return [(path, jnp.shape(x), jnp.result_type(x)) for path, x in flat]
+
+
+def _same_structure(a: Any, b: Any) -> bool:
+    return _layout(a) == _layout(b)
+
+
+def _leaves_differ(a: Any, b: Any) -> bool:
+    return any(
+        not np.array_equal(_raw(x), _raw(y))
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    )
+
+
+def classify(
+    spec: AgentSpec, base: Any, grid: dict[str, tuple], obs: Any, act: Any
+) -> dict[str, str]:
+    """``{field: "leaf" | "static"}`` for the grid's fields, by creating agents with each value.
+
+    A field is a leaf when every value gives an agent of the base config's structure and
+    shapes, some value changes a leaf, and no loop reads the field (``loop_fields``).
+    """
+    reference = spec.agent.create(base, obs, act, 0)
+    kinds = {}
+    for name, values in grid.items():
+        kind = "static" if name in loop_fields(spec) else None
+        changed = False
+        for value in values if kind is None else ():
+            try:
+                config = dataclasses.replace(base, **{name: value})
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"--grid {name}={_fmt(value)}: {e}") from None
+            agent = graft(spec.agent.create(config, obs, act, 0), base)
+            if not _same_structure(agent, reference):
+                kind = "static"
+                break
+            changed = changed or _leaves_differ(agent, reference)
+        kinds[name] = kind or ("leaf" if changed else "static")
+    return kinds
+
+
+def _probe_value(value: Any) -> Any:
+    """A nearby valid-looking value to classify a field with (None: cannot probe)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * 0.9 if value else 0.1
+    if isinstance(value, tuple) and value and all(isinstance(v, int) for v in value):
+        return tuple(v + 1 for v in value)
+    return None
+
+
+def field_kinds(spec: AgentSpec, base: Any, obs: Any, act: Any) -> dict[str, str]:
+    """Every config field of ``spec`` classified (``--list-fields``): leaf, static or untested.
+
+    Each field is probed with a nearby value (``_probe_value``); fields whose probe is invalid
+    or that have no numeric value (strings, ``None``) are classified when swept.
+    """
+    kinds = {}
+    for f in dataclasses.fields(base):
+        probe = _probe_value(getattr(base, f.name))
+        if f.name in loop_fields(spec):
+            kinds[f.name] = "static"
+        elif probe is None:
+            kinds[f.name] = "classified when swept"
+        else:
+            try:
+                kinds |= classify(spec, base, {f.name: (probe,)}, obs, act)
+            except (ValueError, TypeError):  # the probe is not a valid value of the field
+                kinds[f.name] = "classified when swept"
+    return kinds
+
+
+# ------------------------------------------------------------------------- the programs
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """Members that train as one vmapped program: they agree on every static field."""
+
+    config: Any
+    static: dict[str, Any]
+    members: list[Member]
+
+
+def plan(
+    spec: AgentSpec,
+    base: Any,
+    grid: dict[str, tuple],
+    kinds: dict[str, str],
+    seeds: list[int],
+    out_root: str,
+    *,
+    split: bool = True,
+) -> list[Program]:
+    """Group the grid x seeds into programs, one per combination of the static fields' values.
+
+    Raises:
+        ConfigError: ``split=False`` and a swept field with several values is static.
+    """
+    static = [k for k, v in kinds.items() if v == "static" and len(grid[k]) > 1]
+    if static and not split:
+        raise ConfigError(
+            f"--grid {', '.join(static)}: static field(s) (shapes or read outside the "
+            "agent's leaves) cannot vary inside one vmapped program; drop --no-split to run one "
+            "program per value, or sweep them in separate runs."
+        )
+    programs: dict[tuple, Program] = {}
+    for setting in settings(grid):
+        fixed = {k: setting[k] for k in kinds if kinds[k] == "static"}
+        key = tuple(fixed.items())
+        if key not in programs:
+            programs[key] = Program(dataclasses.replace(base, **fixed), fixed, [])
+        config = dataclasses.replace(base, **setting)
+        for seed in seeds:
+            out = os.path.join(out_root, setting_label(setting), f"s{seed}")
+            programs[key].members.append(Member(setting, seed, config, out))
+    return list(programs.values())
+
+
+def member_agents(spec: AgentSpec, program: Program, make: Any) -> Any:
+    """The program's members' agents, each made by ``make(config, seed)``, stacked."""
+    agents = [graft(make(m.config, m.seed), program.config) for m in program.members]
+    for m, agent in zip(program.members, agents, strict=True):
+        if not _same_structure(agent, agents[0]):
+            raise ConfigError(
+                f"Member {m.label} has another structure than {program.members[0].label}; a "
+                "static field varies inside one program (report this: the classification "
+                "missed it)."
+            )
+    # The members' static parts (configs, optimizer transforms, module definitions) are equal
+    # but distinct objects: the first member's stand for all.
+    stacked = [jnp.stack(xs) for xs in zip(*map(jax.tree.leaves, agents), strict=True)]
+    return jax.tree.unflatten(jax.tree.structure(agents[0]), stacked)
+
+
+# ------------------------------------------------------------------------------ running
+
+
+def _member_train_config(train_cfg: Any, member: Member) -> Any:
+    return dataclasses.replace(train_cfg, seed=member.seed, out=member.out, num_seeds=1)
+
+
+def _prepare(spec: AgentSpec, train_cfg: Any, member: Member, extra: dict | None = None) -> None:
+    from jaxrl.loops import prepare_run_dir, run_config
+
+    config = run_config(spec.name, member.config, _member_train_config(train_cfg, member))
+    prepare_run_dir(member.out, config | (extra or {}))
+
+
+def run_fused(spec: AgentSpec, train_cfg: Any, program: Program) -> list[dict[str, Any]]:
+    """Train a program's members on a JAX env as one vmapped fused loop."""
+    from jaxrl.loops import train_fused
+    from jaxrl.runs import make_jax_envs
+
+    num_envs = train_cfg.num_envs or (1 if spec.kind == "planner" else 64)
+    cfg = dataclasses.replace(train_cfg, num_envs=num_envs, num_seeds=1)
+    env, eval_env = make_jax_envs(cfg.env, num_envs, cfg.eval_episodes, program.config, spec)
+    for m in program.members:
+        _prepare(spec, cfg, m)
+    obs = jnp.zeros(env.observation_size, jnp.float32)
+    act = jnp.zeros(env.action_size, jnp.float32)
+    agents = member_agents(spec, program, lambda c, s: spec.agent.create(c, obs, act, s))
+    outs = [m.out for m in program.members]
+    seeds = [m.seed for m in program.members]
+    return train_fused(spec, program.config, env, eval_env, cfg, outs, seeds=seeds, agents=agents)
+
+
+def run_offline(spec: AgentSpec, train_cfg: Any, program: Program) -> list[dict[str, Any]]:
+    """Train a program's offline members on the shared device-resident dataset, vmapped."""
+    from jaxrl.evaluation import close_envs
+    from jaxrl.loops import train_offline
+    from jaxrl.offline.common import with_data_norm
+    from jaxrl.offline.setup import setup_offline
+
+    s = setup_offline(spec, program.config, train_cfg, program.members[0].out)
+    horizon = {}
+    if spec.horizon_field is not None:  # the schedule's horizon the setup resolved
+        horizon = {spec.horizon_field: getattr(s.agent_config, spec.horizon_field)}
+    config = dataclasses.replace(s.agent_config, **horizon)
+    program = Program(
+        config,
+        program.static,
+        [
+            dataclasses.replace(m, config=dataclasses.replace(m.config, **horizon))
+            for m in program.members
+        ],
+    )
+    cfg = s.train_config
+    for m in program.members:
+        _prepare(spec, cfg, m, {"dataset_info": s.run_config_extras()})
+    obs = np.zeros(s.dataset.obs_dim, np.float32)
+    act = np.zeros(s.dataset.action_dim, np.float32)
+
+    def make(c: Any, seed: int) -> Any:
+        return with_data_norm(spec, spec.agent.create(c, obs, act, seed), s.dataset)
+
+    agents = member_agents(spec, program, make)
+    outs = [m.out for m in program.members]
+    seeds = [m.seed for m in program.members]
+    summaries = train_offline(
+        spec,
+        agents,
+        s.data,
+        s.eval_env,
+        cfg,
+        outs,
+        seeds=seeds,
+        score_fn=s.dataset.normalized_score,
+    )
+    close_envs(s.eval_env)
+    return summaries
+
+
+def _train_member(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
+    from jaxrl.cli import train
+
+    return train(agent_name, train_cfg, agent_cfg)
+
+
+def run_host(
+    spec: AgentSpec, train_cfg: Any, members: list[Member], workers: int | None = None
+) -> list[dict[str, Any]]:
+    """Train each member as its own ``jaxrl train`` in worker processes (Gymnasium envs).
+
+    At most ``workers`` (default: the number of cores) run at once; each is a fresh process
+    (``spawn``), so JAX never forks.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    workers = max(1, min(workers or os.cpu_count() or 1, len(members)))
+    cfg = dataclasses.replace(train_cfg, progress=False)
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        futures = [
+            pool.submit(_train_member, spec.name, _member_train_config(cfg, m), m.config)
+            for m in members
+        ]
+        return [f.result() for f in futures]
+
+
+def aggregate(members: list[Member], out_root: str) -> list[dict[str, Any]]:
+    """Per setting: final evaluation returns over seeds; writes ``sweep.md`` and ``sweep.json``."""
+    from jaxrl.logging import write_json
+
+    rows: dict[str, dict[str, Any]] = {}
+    for m in members:
+        path = os.path.join(m.out, "summary.json")
+        final = None
+        if os.path.exists(path):
+            with open(path) as f:
+                final = json.load(f).get("final_eval_return_mean")
+        row = rows.setdefault(m.label, {"setting": m.setting, "seeds": [], "returns": []})
+        row["seeds"].append(m.seed)
+        row["returns"].append(final)
+    table = []
+    for label, row in rows.items():
+        done = [r for r in row["returns"] if r is not None and math.isfinite(r)]
+        mean = float(np.mean(done)) if done else None
+        std = float(np.std(done)) if done else None
+        table.append({"label": label, **row, "mean": mean, "std": std})
+    table.sort(key=lambda r: -math.inf if r["mean"] is None else r["mean"], reverse=True)
+    write_json(os.path.join(out_root, "sweep.json"), {"settings": table})
+    lines = ["| setting | seeds | final return mean | std | per seed |", "|---|---|---|---|---|"]
+    for r in table:
+        per = ", ".join("-" if x is None else f"{x:.1f}" for x in r["returns"])
+        mean = "-" if r["mean"] is None else f"{r['mean']:.1f}"
+        std = "-" if r["std"] is None else f"{r['std']:.1f}"
+        lines.append(f"| {r['label']} | {len(r['seeds'])} | {mean} | {std} | {per} |")
+    with open(os.path.join(out_root, "sweep.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return table
+
+
+def vmapped(spec: AgentSpec, train_cfg: Any) -> bool:
+    """True when the members train as vmapped programs (JAX env, or offline on a dataset)."""
+    from jaxrl.envs.jax_envs import is_jax_env
+
+    if train_cfg.dataset:
+        return spec.kind == "offline" and not train_cfg.online_steps
+    return is_jax_env(train_cfg.env)
+
+
+def sweep(
+    spec: AgentSpec,
+    train_cfg: Any,
+    base: Any,
+    grid: dict[str, tuple],
+    seeds: list[int],
+    out_root: str,
+    *,
+    split: bool = True,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """Train the grid x seeds; returns ``{"programs", "kinds", "settings"}`` (the aggregate).
+
+    Vmapped (``vmapped``): one program per combination of the static fields' values, each
+    compiled once for all its members. Otherwise: one ``jaxrl train`` per member in worker
+    processes. Rerunning the same sweep resumes every member from its checkpoints.
+    """
+    from jaxrl.logging import write_json
+
+    os.makedirs(out_root, exist_ok=True)
+    obs, act = np.zeros(3, np.float32), np.zeros(1, np.float32)
+    kinds = classify(spec, base, grid, obs, act)
+    programs = plan(spec, base, grid, kinds, seeds, out_root, split=split)
+    members = [m for p in programs for m in p.members]
+    leaves = [k for k, v in kinds.items() if v == "leaf"]
+    static = [k for k, v in kinds.items() if v == "static" and len(grid[k]) > 1]
+    record = {
+        "agent": spec.name,
+        "env": train_cfg.env,
+        "dataset": train_cfg.dataset,
+        "grid": {k: list(v) for k, v in grid.items()},
+        "seeds": seeds,
+        "kinds": kinds,
+    }
+    write_json(os.path.join(out_root, "sweep_config.json"), record)
+    if vmapped(spec, train_cfg):
+        print(
+            f"{len(members)} members ({len(members) // len(seeds)} settings x {len(seeds)} seeds)"
+            f"; leaves vary inside a program: {', '.join(leaves) or 'none'}; "
+            + (
+                f"static {', '.join(static)} split the sweep into {len(programs)} programs."
+                if static
+                else "one program."
+            )
+        )
+        run = run_offline if spec.kind == "offline" else run_fused
+        for i, program in enumerate(programs):
+            if len(programs) > 1:
+                print(f"program {i + 1}/{len(programs)}: {setting_label(program.static)}")
+            run(spec, train_cfg, program)
+    else:
+        n = max(1, min(workers or os.cpu_count() or 1, len(members)))
+        print(f"{len(members)} members as separate runs, {n} worker processes at a time.")
+        run_host(spec, train_cfg, members, workers)
+    table = aggregate(members, out_root)
+    return {"programs": len(programs), "kinds": kinds, "settings": table, "out": out_root}
+
+
+def _sweep_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jaxrl sweep",
+        description=(
+            "Sweep settings x seeds. Any other option is a `jaxrl train AGENT` option (the "
+            "base config; --out is the sweep's root)."
+        ),
+    )
+    p.add_argument("agent")
+    p.add_argument("--seeds", type=int, default=1, help="seeds per setting (--seed, --seed+1, ..)")
+    p.add_argument("--grid", action="append", default=[], help="FIELD=V1,V2,... (repeatable)")
+    p.add_argument("--no-split", action="store_true", help="refuse static fields in the grid")
+    p.add_argument("--list-fields", action="store_true", help="print leaf/static per field")
+    p.add_argument("--workers", type=int, default=None, help="host envs: processes at once")
+    p.add_argument("--backend", choices=("grid", "optuna", "ray"), default="grid")
+    p.add_argument("--search", action="append", default=[], help="FIELD=DIST:ARGS (optuna, ray)")
+    p.add_argument("--trials", type=int, default=None, help="optuna/ray: number of trials")
+    p.add_argument("--storage", default=None, help="optuna: RDB URL (default OUT/sweep.db)")
+    p.add_argument("--study-name", default=None, help="optuna: the study to create or join")
+    p.add_argument("--n-jobs", type=int, default=1, help="optuna: worker processes")
+    p.add_argument("--address", default=None, help="ray: cluster address (default: local)")
+    p.add_argument("--scheduler", choices=("fifo", "asha", "pbt"), default="fifo")
+    return p
+
+
+def sweep_command(argv: list[str]) -> dict[str, Any]:
+    """``jaxrl sweep AGENT [--grid F=V1,V2 ...] [--seeds N] [--backend ...] [train options]``."""
+    from jaxrl import registry
+    from jaxrl.cli import parse_train_args
+
+    args, rest = _sweep_parser().parse_known_args(argv)
+    spec = registry.get(args.agent)
+    train_cfg, base = parse_train_args(args.agent, rest)
+    if spec.env_defaults is not None and train_cfg.env:
+        from jaxrl.envs import episode_length
+
+        base = spec.with_env_defaults(base, episode_length(train_cfg.env))
+    if args.list_fields:
+        kinds = field_kinds(spec, base, np.zeros(3, np.float32), np.zeros(1, np.float32))
+        for name, kind in kinds.items():
+            print(f"{name:32s} {kind}")
+        return {"kinds": kinds}
+    if args.seeds < 1:
+        raise ConfigError(f"--seeds must be >= 1, got {args.seeds}.")
+    where = os.path.splitext(os.path.basename(os.path.normpath(train_cfg.dataset or "")))[0]
+    name = f"{args.agent}-{where or train_cfg.env}".replace(":", "_")
+    out_root = os.path.abspath(train_cfg.out or os.path.join("sweeps", name))
+    if train_cfg.dataset:
+        train_cfg = dataclasses.replace(train_cfg, dataset=os.path.abspath(train_cfg.dataset))
+    if args.backend == "grid":
+        if args.search:
+            raise ConfigError("--search belongs to --backend optuna or ray; the grid uses --grid.")
+        grid = parse_grid(args.grid, spec.config)
+        seeds = [train_cfg.seed + i for i in range(args.seeds)]
+        return sweep(spec, train_cfg, base, grid, seeds, out_root, split=not args.no_split)
+    from jaxrl import tuning
+
+    if args.grid:
+        raise ConfigError("--grid belongs to --backend grid; optuna and ray take --search.")
+    search = tuning.parse_search(args.search, spec.config)
+    trials = args.trials or 10
+    if args.backend == "optuna":
+        return tuning.optuna_sweep(
+            args.agent,
+            train_cfg,
+            base,
+            search,
+            trials=trials,
+            out_root=out_root,
+            storage=args.storage,
+            study_name=args.study_name,
+            n_jobs=args.n_jobs,
+            seed=train_cfg.seed,
+        )
+    return tuning.ray_sweep(
+        args.agent,
+        train_cfg,
+        base,
+        search,
+        trials=trials,
+        out_root=out_root,
+        address=args.address,
+        scheduler=args.scheduler,
+        seed=train_cfg.seed,
+    )
+
+
+__all__ = [
+    "LOOP_FIELDS",
+    "Member",
+    "Program",
+    "aggregate",
+    "classify",
+    "field_kinds",
+    "graft",
+    "loop_fields",
+    "member_agents",
+    "parse_grid",
+    "plan",
+    "run_fused",
+    "run_host",
+    "run_offline",
+    "settings",
+    "setting_label",
+    "sweep",
+    "sweep_command",
+    "vmapped",
+]
