@@ -82,7 +82,7 @@ def train_offline(
     """
     outs = [out] if isinstance(out, str) else list(out)
     seeds = list(seeds) if seeds is not None else [cfg.seed + i for i in range(len(outs))]
-    agents = jax.tree.map(lambda x: x[None], agent) if isinstance(out, str) else agent
+    agents = jax.tree.map(lambda x: jnp.asarray(x)[None], agent) if isinstance(out, str) else agent
     where = cfg.dataset or cfg.env
     h = Harness(
         spec.name,
