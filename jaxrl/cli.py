@@ -22,7 +22,8 @@ USAGE = """usage: jaxrl {{train,finetune,eval,dataset,plot,plan}} ...
   jaxrl dataset collect --env ENV --policy RUN_DIR --kind KIND --steps N --out FILE.hdf5
   jaxrl dataset info FILE [--env ENV]   size, episodes, returns, reference scores
   jaxrl eval DIR [--episodes N]      print one JSON line with the evaluation return
-  jaxrl plot DIR [DIR ...] [--out FILE]   plot eval return against steps
+  jaxrl plot DIR [DIR ...] [--out PREFIX|FILE.png] [--boot N] [--seed S]
+                    learning curves and IQM table of runs, seeds and sweeps (grouped by config)
   jaxrl plan --env ENV [--episodes N] [--out DIR] [--seed S] [planner options...]
                     MPPI/CEM with the true simulator as model (JAX envs; no learning)
 
@@ -315,19 +316,9 @@ def main(argv: list[str] | None = None) -> None:
     elif cmd == "dataset":
         _guard(lambda: dataset_command(rest))
     elif cmd == "plot":
-        import argparse
+        from jaxrl.analysis import plot_command
 
-        from jaxrl.logging import plot_learning_curves
-
-        p = argparse.ArgumentParser(prog="jaxrl plot")
-        p.add_argument("run_dirs", nargs="+")
-        p.add_argument("--out", default="learning_curves.png")
-        a = p.parse_args(rest)
-        curves = {
-            os.path.basename(os.path.normpath(d)): os.path.join(d, "metrics.csv")
-            for d in a.run_dirs
-        }
-        print(plot_learning_curves(curves, a.out))
+        _guard(lambda: plot_command(rest))
     elif cmd == "plan":
         _plan_command(rest)
     else:
