@@ -24,7 +24,8 @@ USAGE = """usage: jaxrl {{train,finetune,eval,dataset,sweep,plot,plan}} ...
   jaxrl dataset collect --env ENV --policy RUN_DIR --kind KIND --steps N --out FILE.hdf5
   jaxrl dataset info FILE [--env ENV]   size, episodes, returns, reference scores
   jaxrl eval DIR [--episodes N]      print one JSON line with the evaluation return
-  jaxrl plot DIR [DIR ...] [--out FILE]   plot eval return against steps
+  jaxrl plot DIR [DIR ...] [--out PREFIX|FILE.png] [--boot N] [--seed S]
+                    learning curves and IQM table of runs, seeds and sweeps (grouped by config)
   jaxrl sweep AGENT --env ENV|--dataset D --seeds N --grid FIELD=V1,V2 [--grid ...] [options]
                     settings x seeds; vmapped in one program on JAX envs and datasets
   jaxrl sweep AGENT --backend optuna|ray --search FIELD=loguniform:LO:HI --trials N ...
@@ -361,19 +362,9 @@ def main(argv: list[str] | None = None) -> None:
     elif cmd == "dataset":
         _guard(lambda: dataset_command(rest))
     elif cmd == "plot":
-        import argparse
+        from jaxrl.analysis import plot_command
 
-        from jaxrl.logging import plot_learning_curves
-
-        p = argparse.ArgumentParser(prog="jaxrl plot")
-        p.add_argument("run_dirs", nargs="+")
-        p.add_argument("--out", default="learning_curves.png")
-        a = p.parse_args(rest)
-        curves = {
-            os.path.basename(os.path.normpath(d)): os.path.join(d, "metrics.csv")
-            for d in a.run_dirs
-        }
-        print(plot_learning_curves(curves, a.out))
+        _guard(lambda: plot_command(rest))
     elif cmd == "sweep":
         from jaxrl.sweeps import sweep_command
 
