@@ -20,7 +20,8 @@ holds for any registered agent; ``jaxrl sweep AGENT --list-fields`` prints it.
 Host (Gymnasium) envs run each member as a normal ``jaxrl train`` in worker processes, at
 most as many at once as there are cores. Each member writes a complete run directory
 ``OUT/<setting>/s<seed>`` (it resumes and evaluates on its own); ``OUT/sweep.md`` and
-``OUT/sweep.json`` aggregate the final returns per setting.
+``OUT/sweep.json`` aggregate the final returns per setting, and ``OUT/learning_curves.{png,md}``
+(``jaxrl plot``) show the curves with bootstrap bands and the IQM table.
 """
 
 from __future__ import annotations
@@ -528,6 +529,9 @@ def sweep(
         print(f"{len(members)} members as separate runs, {n} worker processes at a time.")
         run_host(spec, train_cfg, members, workers)
     table = aggregate(members, out_root)
+    from jaxrl.analysis import plot_command
+
+    plot_command([out_root, "--out", os.path.join(out_root, "learning_curves.png")])
     return {"programs": len(programs), "kinds": kinds, "settings": table, "out": out_root}
 
 
