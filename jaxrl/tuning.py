@@ -977,15 +977,18 @@ def _restore_packed(
     with open(os.path.join(packed, "config.json")) as f:
         donor_settings = json.load(f)["agent_config"]
     src, step = origin["run_dir"], origin["step"]
-    own = src == trial_out or src.startswith(f"{trial_out}-s")
+    own = src == trial_out or src.startswith(f"{trial_out}-s")  # its own lineage
     if own and donor_settings == json.loads(json.dumps(config_to_dict(agent_cfg))):
         return src, None
     if step >= budget:
         last = Checkpointer(os.path.join(packed, "checkpoints")).meta(step)["last_eval"][0]
         return src, {"eval_return": last, "step": step, "nonfinite": 0, "run_dir": src}
-    out = f"{trial_out}-s{step}"
-    if not os.path.isdir(os.path.join(out, "checkpoints")):
-        transplant(packed, out, agent_name, agent_cfg, donor=src)
+    # Async PBT may restart a trial twice from checkpoints of the same step: a new directory each.
+    out, k = f"{trial_out}-s{step}", 1
+    while os.path.exists(out):
+        k += 1
+        out = f"{trial_out}-s{step}.{k}"
+    transplant(packed, out, agent_name, agent_cfg, donor=src)
     return out, None
 
 
