@@ -297,7 +297,8 @@ def optuna_sweep(
         agent_cfg: the agent config the searched fields are set on.
         search: ``parse_search`` output.
         trials: trials to run (in total over ``n_jobs`` workers).
-        out_root: directory of the trial run directories, ``sweep.db`` and ``best_config.json``.
+        out_root: directory of the trial run directories, ``sweep.db`` and ``best_config.json``
+            (one study per directory).
         storage: Optuna storage URL (default: SQLite in ``out_root``).
         study_name: the study (default ``<agent>-<env>``).
         n_jobs: worker processes running trials at once.
@@ -427,6 +428,11 @@ def _optimize(
         settings = {name: _suggest(trial, name, p) for name, p in search.items()}
         out = os.path.join(out_root, f"trial-{trial.number}")
         trial.set_user_attr("run_dir", out)
+        if os.path.exists(os.path.join(out, "config.json")):  # numbers are unique per study
+            raise ValueError(
+                f"{out} already holds a run, of another study in {out_root}; give each study "
+                f"its own out_root, or pass study_name={study_name!r} to add trials to it."
+            )
         try:
             cfg = apply_settings(agent_cfg, settings)
         except ConfigError as err:

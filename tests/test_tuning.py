@@ -216,6 +216,10 @@ def test_optuna_sweep_argument_errors(tmp_path):
         optuna_sweep(
             "sac", train_cfg, agent_cfg, search, trials=1, out_root=str(tmp_path), n_jobs=0
         )
+    (tmp_path / "trial-0").mkdir()
+    (tmp_path / "trial-0" / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="already holds a run, of another study"):
+        optuna_sweep("sac", train_cfg, agent_cfg, search, trials=1, out_root=str(tmp_path))
     seeds = dataclasses.replace(train_cfg, num_seeds=2)
     with pytest.raises(ValueError, match="Drop --num-seeds"):
         optuna_sweep("sac", seeds, agent_cfg, search, trials=1, out_root=str(tmp_path))
