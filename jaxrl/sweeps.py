@@ -594,7 +594,7 @@ def sweep_command(argv: list[str]) -> dict[str, Any]:
 
     if args.grid:
         raise ConfigError("--grid belongs to --backend grid; optuna and ray take --search.")
-    search = tuning.parse_search(args.search, spec.config)
+    search = tuning.parse_search(args.search, spec.config, base=base)
     trials = args.trials or 10
     if args.backend == "optuna":
         return tuning.optuna_sweep(
