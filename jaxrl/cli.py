@@ -175,6 +175,11 @@ def _train_with_dataset(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, 
     from jaxrl import registry
     from jaxrl.offline.finetune import train_offline_to_online, train_with_data
 
+    if train_cfg.num_seeds > 1 and (spec.kind != "offline" or train_cfg.online_steps):
+        raise ValueError(
+            "--num-seeds with --dataset vmaps the seeds of an offline agent's offline phase; for "
+            "online or offline-to-online training with data run one process per --seed."
+        )
     if spec.kind == "offline":
         if train_cfg.online_steps:
             return train_offline_to_online(spec, agent_cfg, train_cfg)
@@ -211,6 +216,14 @@ def _train_offline(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     from jaxrl.offline.setup import setup_offline
 
     out = train_cfg.out or default_out(spec.name, train_cfg)
+    if train_cfg.num_seeds > 1:  # the seeds as members of one vmapped program
+        from jaxrl.sweeps import Member, Program, run_offline
+
+        outs = _seed_dirs(spec, train_cfg, agent_cfg, out)
+        seeds = [train_cfg.seed + i for i in range(len(outs))]
+        members = [Member({}, s, agent_cfg, o) for s, o in zip(seeds, outs, strict=True)]
+        summaries = run_offline(spec, train_cfg, Program(agent_cfg, {}, members))
+        return _seeds_summary(spec, train_cfg, out, outs, summaries)
     s = setup_offline(spec, agent_cfg, train_cfg, out)
     config = run_config(spec.name, s.agent_config, s.train_config)
     prepare_run_dir(out, {**config, "dataset_info": s.run_config_extras()})
@@ -232,9 +245,6 @@ def _train_jax(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     """JAX envs in the fused loop, ``--num-seeds`` members in one program."""
     import dataclasses as dc
 
-    import numpy as np
-
-    from jaxrl.logging import plot_learning_curves, write_json
     from jaxrl.loops import default_out, prepare_run_dir, run_config, train_fused
     from jaxrl.runs import make_jax_envs
 
@@ -243,17 +253,34 @@ def _train_jax(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     train_cfg = dc.replace(train_cfg, num_envs=num_envs)
     env, eval_env = make_jax_envs(train_cfg.env, num_envs, train_cfg.eval_episodes, agent_cfg, spec)
     out = train_cfg.out or default_out(spec.name, train_cfg)
-    k = train_cfg.num_seeds
-    if k == 1:
-        outs = [out]
-    else:
-        prepare_run_dir(out, run_config(spec.name, agent_cfg, train_cfg))
-        outs = [os.path.join(out, f"s{train_cfg.seed + i}") for i in range(k)]
+    outs = _seed_dirs(spec, train_cfg, agent_cfg, out)
     for i, o in enumerate(outs):
         seed_cfg = dc.replace(train_cfg, seed=train_cfg.seed + i, num_seeds=1, out=o)
         prepare_run_dir(o, run_config(spec.name, agent_cfg, seed_cfg))
     summaries = train_fused(spec, agent_cfg, env, eval_env, train_cfg, outs)
+    return _seeds_summary(spec, train_cfg, out, outs, summaries)
+
+
+def _seed_dirs(spec: Any, train_cfg: Any, agent_cfg: Any, out: str) -> list[str]:
+    """``[out]``, or ``OUT/s<seed>`` per seed of ``--num-seeds`` (``OUT/config.json`` written)."""
+    from jaxrl.loops import prepare_run_dir, run_config
+
+    k = train_cfg.num_seeds
     if k == 1:
+        return [out]
+    prepare_run_dir(out, run_config(spec.name, agent_cfg, train_cfg))
+    return [os.path.join(out, f"s{train_cfg.seed + i}") for i in range(k)]
+
+
+def _seeds_summary(
+    spec: Any, train_cfg: Any, out: str, outs: list[str], summaries: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The run's summary; with several seeds, their aggregate (``OUT/summary.json``, a plot)."""
+    import numpy as np
+
+    from jaxrl.logging import plot_learning_curves, write_json
+
+    if len(outs) == 1:
         return summaries[0]
     finals = [s["final_eval_return_mean"] for s in summaries]
     completed = all(s["completed"] for s in summaries)
@@ -270,9 +297,8 @@ def _train_jax(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     }
     write_json(os.path.join(out, "summary.json"), summary)
     curves = {os.path.basename(o): os.path.join(o, "metrics.csv") for o in outs}
-    plot_learning_curves(
-        curves, os.path.join(out, "learning_curve.png"), f"{spec.name} on {train_cfg.env}"
-    )
+    where = train_cfg.dataset or train_cfg.env
+    plot_learning_curves(curves, os.path.join(out, "learning_curve.png"), f"{spec.name} on {where}")
     return summary
 
 

@@ -101,6 +101,12 @@ def test_offline_sweep_members_equal_single_runs(tmp_path, capsys):
     _assert_same_run(os.path.join(root, "alpha=1.0", "s1"), single)
     a, b = (_rows(os.path.join(root, f"alpha={x}", "s0"))[-1] for x in ("2.5", "1.0"))
     assert a["actor/loss"] != b["actor/loss"]  # the swept weight reached its member
+    # `jaxrl train --num-seeds` on a dataset: the same member axis, seeds only.
+    seeds = str(tmp_path / "seeds")
+    main(["train", "td3-bc", "--alpha", "1.0", "--num-seeds", "2", "--out", seeds, *tiny])
+    _assert_same_run(os.path.join(seeds, "s1"), single)
+    with open(os.path.join(seeds, "summary.json")) as f:
+        assert json.load(f)["seeds"] == [0, 1]
 
 
 def test_classification_of_fields():

@@ -44,7 +44,8 @@ class TrainConfig:
     num_envs: int | None = None
     """Parallel environment copies (default: 1 for Gymnasium envs, 64 for JAX envs)."""
     num_seeds: int = 1
-    """Train this many seeds (seed, seed+1, ...) at once with jax.vmap (JAX envs only)."""
+    """Train this many seeds (seed, seed+1, ...) at once with jax.vmap (JAX envs, and offline
+    agents on a dataset)."""
     updates_per_step: int | None = None
     """Gradient steps per vectorized env step (off-policy); default utd_ratio x num_envs."""
     out: str | None = None
