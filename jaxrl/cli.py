@@ -395,8 +395,9 @@ def main(argv: list[str] | None = None) -> None:
         from jaxrl.sweeps import sweep_command
 
         result = _guard(lambda: sweep_command(rest))
-        if "settings" in result:
-            print(json.dumps({"out": result.get("out"), "programs": result.get("programs")}))
+        keys = ("out", "programs", "best_value", "best_params", "best_config", "n_trials")
+        if "kinds" not in result or "settings" in result:  # not --list-fields
+            print(json.dumps({k: result[k] for k in keys if k in result}, default=str))
     elif cmd == "plan":
         _plan_command(rest)
     else:

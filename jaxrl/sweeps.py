@@ -596,30 +596,16 @@ def sweep_command(argv: list[str]) -> dict[str, Any]:
         raise ConfigError("--grid belongs to --backend grid; optuna and ray take --search.")
     search = tuning.parse_search(args.search, spec.config, base=base)
     trials = args.trials or 10
+    common = {"trials": trials, "out_root": out_root, "seed": train_cfg.seed}
     if args.backend == "optuna":
         return tuning.optuna_sweep(
-            args.agent,
-            train_cfg,
-            base,
-            search,
-            trials=trials,
-            out_root=out_root,
-            storage=args.storage,
-            study_name=args.study_name,
-            n_jobs=args.n_jobs,
-            seed=train_cfg.seed,
-        )
+            args.agent, train_cfg, base, search, storage=args.storage,
+            study_name=args.study_name, n_jobs=args.n_jobs, **common,
+        )  # fmt: skip
     return tuning.ray_sweep(
-        args.agent,
-        train_cfg,
-        base,
-        search,
-        trials=trials,
-        out_root=out_root,
-        address=args.address,
-        scheduler=args.scheduler,
-        seed=train_cfg.seed,
-    )
+        args.agent, train_cfg, base, search, address=args.address, scheduler=args.scheduler,
+        **common,
+    )  # fmt: skip
 
 
 __all__ = [
