@@ -195,7 +195,10 @@ def _unknown(kind: str, name: str, known: tuple[str, ...] | list[str]) -> EnvErr
 def make_core(env_id: str) -> tuple[Any, dict[str, Any]]:
     """The core named by ``env_id`` and the loop-level options (``episode_length``)."""
     kind, name, options = parse_env_id(env_id)
-    loop_options = {k: options.pop(k) for k in ("episode_length",) if k in options}
+    from jaxrl.envs.sim2real import OPTIONS
+
+    loop_keys = ("episode_length", *OPTIONS)
+    loop_options = {k: options.pop(k) for k in loop_keys if k in options}
     if kind == "brax":
         if name not in BRAX_ENVS:
             raise _unknown("brax", name, BRAX_ENVS)
@@ -229,17 +232,25 @@ def make_jax_env(env_id: str, num_envs: int, normalize_obs: bool = False) -> Any
     """Build the vectorized env the fused loop uses, with standard wrappers.
 
     Args:
-        env_id: ``brax:NAME[?backend=mjx&episode_length=1000&...]`` or ``jax:NAME[?...]``.
+        env_id: ``brax:NAME[?backend=mjx&episode_length=1000&...]`` or ``jax:NAME[?...]``,
+            e.g. ``jax:pendulum?obs_noise=0.05&action_delay=1:3``.
         num_envs: parallel copies.
         normalize_obs: add a running observation normalizer (``NormalizeObservation``).
 
     Returns:
-        ``RecordEpisodeStatistics(RescaleAction(VecEnv(core)))``, optionally inside
-        ``NormalizeObservation``; its actions are in ``[-1, 1]``.
+        ``RecordEpisodeStatistics(RescaleAction(VecEnv(core)))``, with the sim-to-real
+        wrappers the id's options ask for (``jaxrl.envs.sim2real.OPTIONS``: ``decimation``,
+        ``action_filter``, ``action_delay``, ``obs_delay``, ``obs_noise``, ``obs_history``),
+        optionally inside ``NormalizeObservation``; its actions are in ``[-1, 1]``.
     """
+    from jaxrl.envs import sim2real
+
     core, options = make_core(env_id)
+    wrappers, options = sim2real.split_options(options)
     env: Any = VecEnv(core, num_envs, options.get("episode_length"), name=env_id)
+    env = sim2real.wrap_actuation(env, wrappers)
     env = RecordEpisodeStatistics(RescaleAction(env, core.action_low, core.action_high))
+    env = sim2real.wrap_agent_side(env, wrappers)
     if normalize_obs:
         env = NormalizeObservation(env)
     return env
