@@ -21,6 +21,7 @@ so the state can be scanned, vmapped over seeds and checkpointed.
 
 from __future__ import annotations
 
+import copy
 import difflib
 from typing import Any
 
@@ -113,6 +114,15 @@ class VecEnv:
         """Nothing to release; JAX envs have ``close`` so that callers treat both kinds alike."""
 
 
+def _strong(tree: Any) -> Any:
+    """``tree`` without weak types.
+
+    Brax computes some fields from Python scalars; a state whose types change after a step
+    would recompile the next program it enters.
+    """
+    return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)), tree)
+
+
 def _select(mask: jax.Array, a: Any, b: Any) -> Any:
     """Per-env ``where(mask, a, b)`` over pytrees whose leaves have a leading env axis."""
 
@@ -125,9 +135,14 @@ def _select(mask: jax.Array, a: Any, b: Any) -> Any:
 class BraxCore:
     """A ``brax.envs`` environment as a core (Brax's own wrappers are not used).
 
+    With ``randomize`` (``jaxrl.envs.randomization.Ranges``, or True for the default ranges)
+    the simulator state is ``(model, brax_state)``: every reset draws a new model, so each
+    episode runs on its own physics inside the same compiled program.
+
     Args:
         name: a Brax env name, e.g. ``"ant"``.
         backend: ``"mjx"`` (default), ``"generalized"``, ``"positional"`` or ``"spring"``.
+        randomize: domain randomization ranges (mjx backend only), True for the defaults.
         **kwargs: passed to ``brax.envs.get_environment`` (e.g. ``terminate_when_unhealthy``).
     """
 
@@ -135,23 +150,48 @@ class BraxCore:
     action_low = -1.0
     action_high = 1.0
 
-    def __init__(self, name: str, backend: str = "mjx", **kwargs: Any):
+    def __init__(self, name: str, backend: str = "mjx", randomize: Any = None, **kwargs: Any):
         from brax import envs
+
+        from jaxrl.envs.randomization import Ranges
 
         self.name = f"brax:{name}"
         self.env = envs.get_environment(name, backend=backend, **kwargs)
         self.observation_size = self.env.observation_size
         self.action_size = self.env.action_size
+        self.ranges = Ranges() if randomize is True else (randomize or None)
+        if self.ranges is not None and backend != "mjx":
+            raise EnvError(
+                f"Domain randomization supports the mjx backend (it sets MuJoCo model fields), "
+                f"not {backend!r}; use brax:{name}?backend=mjx&randomize=true."
+            )
+
+    def _with(self, model: Any) -> Any:
+        """The Brax env stepping ``model``: a shallow copy, so no traced model outlives a trace."""
+        env = copy.copy(self.env)
+        env.sys = model
+        return env
 
     def reset(self, key: jax.Array) -> tuple[Any, jax.Array]:
-        """Brax reset; the simulator state is Brax's ``State``."""
-        state = self.env.reset(key)
-        return state, state.obs
+        """Brax reset; the simulator state is Brax's ``State`` (and the drawn model)."""
+        if self.ranges is None:
+            state = _strong(self.env.reset(key))
+            return state, state.obs
+        from jaxrl.envs.randomization import randomize
+
+        k_model, k_state = jax.random.split(key)
+        model = randomize(self.env.sys, k_model, self.ranges)
+        state = _strong(self._with(model).reset(k_state))
+        return (model, state), state.obs
 
     def step(self, state: Any, action: jax.Array) -> tuple[Any, jax.Array, jax.Array, jax.Array]:
         """Brax step; ``done`` is Brax's termination flag."""
-        state = self.env.step(state, action)
-        return state, state.obs, state.reward, state.done
+        if self.ranges is None:
+            state = _strong(self.env.step(state, action))
+            return state, state.obs, state.reward, state.done
+        model, inner = state
+        inner = _strong(self._with(model).step(inner, action))
+        return (model, inner), inner.obs, inner.reward, inner.done
 
 
 def parse_env_id(env_id: str) -> tuple[str, str, dict[str, Any]]:
