@@ -188,3 +188,41 @@ def test_env_id_options_add_the_wrappers_and_train(tmp_path):
     summary = json.load(open(os.path.join(out, "summary.json")))
     # Decimation 2: 100 agent steps per episode, so returns are those of 200 sim steps.
     assert summary["completed"] and np.isfinite(summary["final_eval_return_mean"])
+
+
+class GymProbe(__import__("gymnasium").Env):
+    """Observation: the step count; reward: the first action component received."""
+
+    observation_space = __import__("gymnasium").spaces.Box(-np.inf, np.inf, (3,), np.float64)
+    action_space = __import__("gymnasium").spaces.Box(-10.0, 10.0, (2,), np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(3), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([self.t, 0.0, 0.0]), float(action[0]), False, self.t >= 6, {}
+
+
+def test_gymnasium_equivalents():
+    from jaxrl.envs import gym_sim2real as g
+
+    env = g.ActionDelay(GymProbe(), 2)
+    env.reset(seed=0)
+    rewards = [env.step(np.array([t, 0.0], np.float32))[1] for t in range(1, 6)]
+    assert rewards == [0.0, 0.0, 1.0, 2.0, 3.0]
+    env = g.ObservationDelay(GymProbe(), 1)
+    env.reset(seed=0)
+    shown = [env.step(np.zeros(2, np.float32))[0][0] for _ in range(3)]
+    assert shown == [0.0, 1.0, 2.0]
+    env = g.ActionFilter(GymProbe(), 0.5)
+    env.reset(seed=0)
+    rewards = [env.step(np.ones(2, np.float32))[1] for _ in range(3)]
+    np.testing.assert_allclose(rewards, [0.5, 0.75, 0.875])
+    env = g.ObservationNoise(GymProbe(), [0.1, 1.0, 3.0])
+    env.reset(seed=0)
+    obs = np.array([env.step(np.zeros(2, np.float32))[0] - [env.unwrapped.t, 0, 0]
+                    for _ in range(6)] + [env.reset()[0] for _ in range(3000)])  # fmt: skip
+    np.testing.assert_allclose(obs[6:].std(0), [0.1, 1.0, 3.0], rtol=0.05)
