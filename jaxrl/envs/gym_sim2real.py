@@ -14,14 +14,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-
-def _steps_range(steps: int | tuple[int, int], name: str) -> tuple[int, int]:
-    low, high = (steps, steps) if isinstance(steps, int | np.integer) else tuple(steps)
-    if not (0 <= low <= high):
-        raise ValueError(
-            f"{name}: steps must be k >= 0 or (low, high) with 0 <= low <= high, got {steps!r}."
-        )
-    return int(low), int(high)
+from jaxrl.envs.sim2real import steps_range
 
 
 class ObservationNoise(gym.ObservationWrapper):
@@ -50,7 +43,7 @@ class ActionDelay(gym.Wrapper):
 
     def __init__(self, env: gym.Env, steps: int | tuple[int, int]):
         super().__init__(env)
-        self.low, self.high = _steps_range(steps, "ActionDelay")
+        self.low, self.high = steps_range(steps, "ActionDelay")
         self.delay, self.queue = self.low, deque()
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict]:
@@ -72,7 +65,7 @@ class ObservationDelay(gym.Wrapper):
 
     def __init__(self, env: gym.Env, steps: int | tuple[int, int]):
         super().__init__(env)
-        self.low, self.high = _steps_range(steps, "ObservationDelay")
+        self.low, self.high = steps_range(steps, "ObservationDelay")
         self.queue: deque = deque()
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict]:

@@ -38,7 +38,7 @@ def _where(mask: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
     return jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b)
 
 
-def _steps_range(steps: int | tuple[int, int], name: str) -> tuple[int, int]:
+def steps_range(steps: int | tuple[int, int], name: str) -> tuple[int, int]:
     """``k`` or ``(low, high)`` (inclusive) as a validated range of step counts."""
     low, high = (steps, steps) if isinstance(steps, int | np.integer) else tuple(steps)
     if not (0 <= low <= high):
@@ -100,7 +100,7 @@ class ActionDelay(Wrapper):
 
     def __init__(self, env: Any, steps: int | tuple[int, int]):
         super().__init__(env)
-        self.low, self.high = _steps_range(steps, "ActionDelay")
+        self.low, self.high = steps_range(steps, "ActionDelay")
 
     def _fresh(self, key: jax.Array) -> dict[str, jax.Array]:
         n, a = self.num_envs, self.action_size
@@ -145,7 +145,7 @@ class ObservationDelay(Wrapper):
 
     def __init__(self, env: Any, steps: int | tuple[int, int]):
         super().__init__(env)
-        self.low, self.high = _steps_range(steps, "ObservationDelay")
+        self.low, self.high = steps_range(steps, "ObservationDelay")
 
     def _fill(self, obs: jax.Array, key: jax.Array) -> dict[str, jax.Array]:
         queue = jnp.repeat(obs[:, None], self.high + 1, axis=1)
@@ -359,6 +359,7 @@ __all__ = [
     "ObservationHistory",
     "ObservationNoise",
     "split_options",
+    "steps_range",
     "wrap_actuation",
     "wrap_agent_side",
 ]
