@@ -45,10 +45,17 @@ STD = np.array([2.0, 0.5, 1.0, 4.0, 0.1], np.float32)
 
 
 def _tiny(spec, **overrides):
-    """A small agent of ``spec`` with non-trivial normalizer statistics where it has them."""
+    """A small agent of ``spec`` with non-trivial normalizer statistics where it has them.
+
+    Planners are refused on their registry kind before their agent is looked at, so none is
+    created for them (TD-MPC2 and PETS take seconds to initialize).
+    """
+    if spec.kind == "planner":
+        return PolicySource(spec, None, OBS, LOW, HIGH)
     fields = {f.name for f in dataclasses.fields(spec.config)}
     sizes = {f: (8, 8) for f in fields if f.endswith("hidden_dims")}
-    sizes.update({f: 8 for f in fields if f.endswith("_dim")})  # TD-MPC2's, diffusion time
+    sizes.update({f: 8 for f in fields if f.endswith("_dim")})  # diffusion time embedding
+    sizes.update({f: 2 for f in fields if f == "num_qs"})  # RLPD's ten critics
     agent = spec.agent.create(
         spec.config(**{**sizes, **overrides}), jnp.zeros(OBS), jnp.zeros(ACT), 0
     )
@@ -223,9 +230,9 @@ def _raw_obs(n, size, seed=0):
     return (np.random.default_rng(seed).normal(size=(n, size)) * 3.0).astype(np.float32)
 
 
-def test_cli_exports_a_td3_run(tmp_path, capsys):
+def test_cli_exports_a_td3_run_on_a_gymnasium_env(tmp_path, capsys):
     run = str(tmp_path / "td3")
-    main(["train", "td3", "--env", "jax:pendulum", "--num-envs", "2", "--total-steps", "80",
+    main(["train", "td3", "--env", "Pendulum-v1", "--total-steps", "80",
           "--eval-every", "80", "--hidden-dims", "16", "16", "--batch-size", "16",
           "--learning-starts", "40", "--buffer-size", "200", "--out", run, *QUIET])  # fmt: skip
     capsys.readouterr()
@@ -233,7 +240,7 @@ def test_cli_exports_a_td3_run(tmp_path, capsys):
     assert path == os.path.join(run, "export", "policy.onnx")
     policy = load_policy(path, obs_size=3)
     c = policy.contract
-    assert (c["agent"], c["env"], c["step"], c["control_dt"]) == ("td3", "jax:pendulum", 80, 0.05)
+    assert (c["agent"], c["env"], c["step"], c["control_dt"]) == ("td3", "Pendulum-v1", 80, 0.05)
     assert c["action"]["low"] == [-2.0] and c["action"]["high"] == [2.0]
     assert c["agent_config"]["hidden_dims"] == [16, 16] and c["normalizer"] is None
     obs = _raw_obs(1000, 3)
@@ -248,16 +255,34 @@ def test_cli_exports_a_td3_run(tmp_path, capsys):
     assert err.value.code == 2 and "not a jaxrl run directory" in capsys.readouterr().err
 
 
+def _ppo_run(run):
+    """A PPO run directory on jax:pendulum as the fused loop writes it, with training statistics.
+
+    Written with the loops' own pieces instead of by training (which compiles PPO's update
+    for ~15 s); ``load_run`` restores it exactly as a trained run.
+    """
+    from jaxrl.checkpoint import Checkpointer
+    from jaxrl.loops import TrainConfig, init_fused_state, prepare_run_dir, run_config
+    from jaxrl.runs import make_jax_envs
+
+    spec = registry.get("ppo")
+    agent_cfg = spec.config(policy_hidden_dims=(8, 8), value_hidden_dims=(8,))
+    train_cfg = TrainConfig(env="jax:pendulum", num_envs=4, total_steps=80, out=run)
+    prepare_run_dir(run, run_config("ppo", agent_cfg, train_cfg))
+    env, _ = make_jax_envs("jax:pendulum", 4, 1, agent_cfg, spec)
+    state = init_fused_state(spec, agent_cfg, env, 0)
+    mean, var = jnp.array([0.3, -0.2, 1.5]), jnp.array([0.4, 0.5, 9.0])
+    stats = RunningStats(jnp.float32(500.0), mean, var)
+    state = state.replace(env=state.env.replace(extras={**state.env.extras, "obs_stats": stats}))
+    Checkpointer(os.path.join(run, "checkpoints")).save(80, state, {"step": 80})
+
+
 def test_cli_exports_a_ppo_run_with_its_observation_normalizer(tmp_path, capsys):
     run = str(tmp_path / "ppo")
-    main(["train", "ppo", "--env", "jax:pendulum", "--num-envs", "4", "--total-steps", "80",
-          "--eval-every", "80", "--batch-size", "4", "--num-minibatches", "2",
-          "--num-updates-per-batch", "1", "--policy-hidden-dims", "8", "8",
-          "--value-hidden-dims", "8", "--out", run, *QUIET])  # fmt: skip
-    capsys.readouterr()
+    _ppo_run(run)
     loaded = load_run(run)
     stats = loaded.obs_stats
-    assert stats is not None and float(np.abs(np.asarray(stats.mean)).max()) > 1e-3
+    np.testing.assert_allclose(stats.var, [0.4, 0.5, 9.0])  # the run's statistics, restored
     obs = _raw_obs(1000, 3, seed=1)
     normed = jnp.clip((obs - stats.mean) / jnp.sqrt(stats.var + 1e-8), -10.0, 10.0)
     a = np.clip(np.asarray(loaded.agent.eval_actions(normed)), -1, 1)
@@ -265,6 +290,9 @@ def test_cli_exports_a_ppo_run_with_its_observation_normalizer(tmp_path, capsys)
     for fmt in FORMATS:
         policy = load_policy(_export_cli(run, fmt, capsys), obs_size=3)
         np.testing.assert_allclose(policy(obs), want, atol=1e-5, err_msg=fmt)
-        norm = policy.contract["normalizer"]
-        np.testing.assert_allclose(norm["mean"], np.asarray(stats.mean), rtol=1e-6)
-        np.testing.assert_allclose(norm["std"], np.sqrt(np.asarray(stats.var) + 1e-8), rtol=1e-6)
+        c = policy.contract
+        assert (c["agent"], c["env"], c["step"]) == ("ppo", "jax:pendulum", 80)
+        assert c["control_dt"] == 0.05
+        np.testing.assert_allclose(c["normalizer"]["mean"], [0.3, -0.2, 1.5], rtol=1e-6)
+        np.testing.assert_allclose(c["normalizer"]["std"], np.sqrt([0.4, 0.5, 9.0]), rtol=1e-6)
+        assert c["normalizer"]["clip"] == 10.0 and c["format"] == fmt
