@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Annotated, Any
 
-USAGE = """usage: jaxrl {{train,finetune,eval,dataset,sweep,plot,plan,export}} ...
+USAGE = """usage: jaxrl {{train,finetune,eval,dataset,sweep,plot,plan}} ...
 
   jaxrl train AGENT --env ENV [--total-steps N] [--seed S] [--num-envs E] [--out DIR]
                     [--eval-every N] [--eval-episodes N] [agent options...]
