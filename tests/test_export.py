@@ -108,6 +108,44 @@ def test_fql_with_zero_eval_noise_exports(tmp_path):
     _assert_exports_match(src, tmp_path, _observations(seed=1))
 
 
+@pytest.mark.parametrize("activation", ["swish", "elu", "gelu"])
+def test_ppo_activations_export(activation, tmp_path):
+    # swish: logistic; elu: expm1, gt, select_n; gelu: integer_pow.
+    src = _tiny(registry.get("ppo"), activation=activation)
+    _assert_exports_match(src, tmp_path, _observations(seed=2))
+
+
+def _converter_probe(x):
+    """Operations no agent above uses, with a batch-dependent broadcast and reshape."""
+    y = jnp.concatenate([jax.lax.erf(x), jnp.log1p(jnp.abs(x)), jax.lax.rsqrt(1.0 + x * x)], 1)
+    y = jnp.clip(y.reshape(x.shape[0], 3, 4).transpose(0, 2, 1), -0.5, 0.7)
+    # lax slices: numpy indexing with a symbolic batch traces to gather (not converted).
+    col = [jax.lax.slice_in_dim(x, i, i + 1, axis=1) for i in range(3)]
+    first = jnp.expand_dims(jnp.squeeze(col[0], 1), 1)
+    z = jnp.max(y, axis=2) + jnp.sum(jax.lax.slice_in_dim(y, 1, 3, axis=2), axis=2) - first
+    pick = jnp.where(col[1] > 0, 2, jnp.where(col[2] > 0, 1, 0))
+    w = jax.lax.select_n(jnp.broadcast_to(pick, z.shape), z, jnp.exp(-z), -z)
+    return jnp.squeeze(w[:, None, :], 1) + jnp.broadcast_to(jnp.min(x, 1, keepdims=True), w.shape)
+
+
+def test_converter_ops_against_jax():
+    import onnxruntime as ort
+
+    from jaxrl import export_runtime_numpy
+    from jaxrl.export import to_onnx, to_program
+
+    x = jax.ShapeDtypeStruct(jax.export.symbolic_shape("b, 4"), jnp.float32)
+    program, consts = to_program(jax.make_jaxpr(_converter_probe)(x))
+    obs = np.random.default_rng(3).normal(size=(500, 4)).astype(np.float32)
+    want = np.asarray(jax.jit(_converter_probe)(obs))
+    got = export_runtime_numpy.Policy(program, consts)(obs)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    session = ort.InferenceSession(to_onnx(program, consts, 4))
+    for batch in (obs, obs[:1]):  # the batch size is symbolic
+        got = session.run(["action"], {"obs": batch})[0]
+        np.testing.assert_allclose(got, want[: len(batch)], atol=1e-5)
+
+
 def test_refusal_says_what_to_do(tmp_path):
     with pytest.raises(ValueError, match="FQL: train with --eval-noise zero"):
         export_policy(_tiny(registry.get("fql")), "onnx", str(tmp_path / "p.onnx"))
