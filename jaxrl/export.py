@@ -507,11 +507,16 @@ def _contract(src: PolicySource, fmt: str, path: str) -> dict[str, Any]:
             "std": std.tolist(),
             "clip": clip,
         }
+    runtime = None
+    if fmt == "numpy":  # the module that runs the .npz, next to it
+        runtime = os.path.join(os.path.dirname(os.path.abspath(path)), RUNTIME_FILE)
+        runtime = {"file": RUNTIME_FILE, "sha256": _sha256(runtime)}
     return {
         "contract_version": CONTRACT_VERSION,
         "format": fmt,
         "artifact": os.path.basename(path),
         "sha256": _sha256(path),
+        "runtime": runtime,
         "jaxrl_version": jaxrl.__version__,
         "agent": src.spec.name,
         "agent_config": src.agent_config,

@@ -167,6 +167,7 @@ def test_contract_records_the_normalizer_and_scaling(tmp_path):
     np.testing.assert_array_equal(contract["action"]["high"], HIGH)
     assert contract["agent"] == "ppo" and contract["artifact"] == "policy.npz"
     assert len(contract["sha256"]) == 64
+    assert contract["runtime"]["file"] == "export_runtime_numpy.py"
     # Offline agents: the dataset statistics inside the agent are recorded, without a clip.
     path = export_policy(_tiny(registry.get("td3-bc")), "jax", str(tmp_path / "p.jaxexport"))
     with open(contract_path(path)) as f:
