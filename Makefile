@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[dev,sweep]"
+	$(BIN)/pip install -q -e ".[dev,sweep,export]"
 	touch $(STAMP)
 
 ## Train SAC on Pendulum-v1 (~3-5 min on 2 CPU cores): logs, checkpoint and plot in runs/demo.

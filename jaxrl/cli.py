@@ -31,6 +31,8 @@ USAGE = """usage: jaxrl {{train,finetune,eval,dataset,sweep,plot,plan}} ...
   jaxrl sweep AGENT --backend optuna|ray --search FIELD=loguniform:LO:HI --trials N ...
   jaxrl plan --env ENV [--episodes N] [--out DIR] [--seed S] [planner options...]
                     MPPI/CEM with the true simulator as model (JAX envs; no learning)
+  jaxrl export DIR --format onnx|numpy|jax [--out FILE] [--step N]
+                    the deterministic evaluation policy, with FILE.contract.json
 
 agents: {agents}
 `jaxrl train AGENT --help` lists every option with its documentation.
@@ -400,6 +402,10 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps({k: result[k] for k in keys if k in result}, default=str))
     elif cmd == "plan":
         _plan_command(rest)
+    elif cmd == "export":
+        from jaxrl.export import export_command
+
+        _guard(lambda: export_command(rest))
     else:
         raise SystemExit(f"Unknown command {cmd!r}.\n{_usage()}")
 
