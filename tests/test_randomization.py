@@ -73,3 +73,27 @@ def test_physics_change_between_episodes_of_one_slot_without_recompiling(core):
 def test_randomization_needs_the_mjx_backend():
     with pytest.raises(ValueError, match="supports the mjx backend"):
         make_jax_env("brax:inverted_pendulum?backend=positional&randomize=true", 1)
+
+
+def test_pushes_kick_the_root_at_the_drawn_intervals(core):
+    from jaxrl.envs.sim2real import Pushes
+
+    plain = VecEnv(core, 3, episode_length=50)
+    pushed = Pushes(plain, speed=(1.0, 1.0), interval=(4, 4), duration=1)
+
+    def velocities(env):
+        def run(key):
+            def body(s, _):
+                s = env.step(s, jnp.zeros((3, env.action_size)))
+                return s, s.sim[1].pipeline_state.qvel[:, 0]
+
+            return jax.lax.scan(body, env.reset(key), None, length=10)[1]
+
+        return np.asarray(jax.jit(run)(jax.random.key(3)))
+
+    a, b = velocities(plain), velocities(pushed)
+    # The first push is applied before step 5 (countdown 4): identical until then.
+    np.testing.assert_array_equal(a[:4], b[:4])
+    assert (np.abs(b[4] - a[4]) > 1e-3).all()
+    with pytest.raises(ValueError, match="interval >= 1 step"):
+        Pushes(plain, interval=(0, 3))

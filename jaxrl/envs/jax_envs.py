@@ -27,6 +27,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrl.envs.gym import EnvError
 from jaxrl.envs.state import EnvState
@@ -183,6 +184,27 @@ class BraxCore:
         model = randomize(self.env.sys, k_model, self.ranges)
         state = _strong(self._with(model).reset(k_state))
         return (model, state), state.obs
+
+    def kick(self, state: Any, dv: jax.Array) -> Any:
+        """``state`` (one env's) with ``dv`` (``[2]``, m/s) added to the root's velocity.
+
+        A free-floating root (Ant, humanoids) gets ``dv`` on its x and y velocity; otherwise
+        the first joint (a cart, a hip) gets ``dv[0]``. Used by ``sim2real.Pushes``.
+        """
+        model, inner = state if self.ranges is not None else (None, state)
+        pipeline = inner.pipeline_state
+        qvel = pipeline.qvel
+        if self._free_root:
+            qvel = qvel.at[:2].add(dv)
+        else:
+            qvel = qvel.at[0].add(dv[0])
+        inner = inner.replace(pipeline_state=pipeline.replace(qvel=qvel))
+        return inner if model is None else (model, inner)
+
+    @property
+    def _free_root(self) -> bool:
+        types = np.asarray(self.env.sys.jnt_type)
+        return bool(types.size) and int(types[0]) == 0  # mjJNT_FREE
 
     def step(self, state: Any, action: jax.Array) -> tuple[Any, jax.Array, jax.Array, jax.Array]:
         """Brax step; ``done`` is Brax's termination flag."""
