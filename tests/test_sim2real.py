@@ -3,6 +3,8 @@ decimation, and episode boundaries (a probe core whose reward is the action it r
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -226,3 +228,28 @@ def test_gymnasium_equivalents():
     obs = np.array([env.step(np.zeros(2, np.float32))[0] - [env.unwrapped.t, 0, 0]
                     for _ in range(6)] + [env.reset()[0] for _ in range(3000)])  # fmt: skip
     np.testing.assert_allclose(obs[6:].std(0), [0.1, 1.0, 3.0], rtol=0.05)
+
+
+def test_train_sim2real_script_evaluates_the_exported_policy(tmp_path):
+    import runpy
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = runpy.run_path(os.path.join(root, "scripts", "train_sim2real.py"))
+    args = script["Args"](
+        agent="sac",
+        train=__import__("jaxrl").TrainConfig(
+            env="jax:pendulum", total_steps=200, num_envs=2, eval_every=200, eval_episodes=2,
+            out=str(tmp_path / "run"), progress=False, tensorboard=False,
+        ),
+        sac=__import__("jaxrl").agents.SACConfig(
+            hidden_dims=(16, 16), learning_starts=100, batch_size=16, buffer_size=500
+        ),
+        format="numpy",
+        episodes=2,
+    )  # fmt: skip
+    result = script["main"](args)
+    assert result["train_env"] == "jax:pendulum?obs_noise=0.01&action_delay=0:1"
+    assert result["perturbed_env"] == "jax:pendulum?obs_noise=0.03&action_delay=1:2"
+    assert os.path.exists(result["export"]) and np.isfinite(result["exported_return_mean"])
+    # Pendulum's return per episode lies in [-16.3 * 200, 0]: the exported policy ran episodes.
+    assert -16.3 * 200 <= result["exported_return_mean"] < 0
