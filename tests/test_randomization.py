@@ -76,7 +76,7 @@ def test_randomization_needs_the_mjx_backend():
 
 
 def test_pushes_kick_the_root_at_the_drawn_intervals(core):
-    from jaxrl.envs.sim2real import Pushes
+    from jaxrl.envs.pushes import Pushes
 
     plain = VecEnv(core, 3, episode_length=50)
     pushed = Pushes(plain, speed=(1.0, 1.0), interval=(4, 4), duration=1)

@@ -1,0 +1,92 @@
+"""Random pushes for Brax envs: velocity kicks of random direction and speed on the root.
+
+Kept apart from ``jaxrl.envs.sim2real`` because it reaches into the simulator state through
+the core's ``kick`` (``BraxCore``), where the other wrappers only see observations and actions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl.envs.sim2real import _ended, _where, steps_range
+from jaxrl.envs.state import EnvState
+from jaxrl.envs.wrappers import Wrapper
+
+
+class Pushes(Wrapper):
+    """Random pushes: velocity kicks of a random direction and speed at random intervals.
+
+    Every ``interval`` steps (drawn per push from ``(low, high)``), each env draws a direction
+    in the ground plane and a speed from ``speed`` (m/s) and adds it to its root's velocity,
+    spread over ``duration`` steps (the core's ``kick``: Brax envs). The countdown restarts at
+    every episode start. Wrap the bare env (``VecEnv``) or keep only per-env wrappers between.
+
+    Args:
+        env: the env to wrap (its ``core`` must have ``kick(sim, dv)``, e.g. ``BraxCore``).
+        speed: ``(low, high)`` of the kick's speed in m/s.
+        interval: ``(low, high)`` steps between pushes, inclusive.
+        duration: steps a push lasts, >= 1.
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        speed: tuple[float, float] = (0.1, 1.0),
+        interval: tuple[int, int] = (100, 200),
+        duration: int = 1,
+    ):
+        super().__init__(env)
+        self.interval = steps_range(tuple(interval), "Pushes interval")
+        if self.interval[0] < 1 or duration < 1 or not 0 <= speed[0] <= speed[1]:
+            raise ValueError(
+                f"Pushes: need interval >= 1 step, duration >= 1 and 0 <= speed low <= high; "
+                f"got interval={interval}, duration={duration}, speed={speed}."
+            )
+        self.speed, self.duration = (float(speed[0]), float(speed[1])), int(duration)
+
+    def _countdown(self, key: jax.Array) -> jax.Array:
+        low, high = self.interval
+        return jax.random.randint(key, (self.num_envs,), low, high + 1)
+
+    def reset(self, key: jax.Array) -> EnvState:
+        """Reset with every env's first push scheduled."""
+        state = self.env.reset(key)
+        k_count, k_next = jax.random.split(jax.random.fold_in(key, 15_485_863))
+        push = {
+            "countdown": self._countdown(k_count),
+            "remaining": jnp.zeros(self.num_envs, jnp.int32),
+            "dv": jnp.zeros((self.num_envs, 2), jnp.float32),
+            "key": k_next,
+        }
+        return state.replace(extras={**state.extras, "push": push})
+
+    def step(self, state: EnvState, action: jax.Array) -> EnvState:
+        """Start due pushes, apply the active ones to the simulator, then step."""
+        p = state.extras["push"]
+        key, k_angle, k_speed, k_count = jax.random.split(p["key"], 4)
+        due = p["countdown"] <= 0
+        angle = jax.random.uniform(k_angle, (self.num_envs,), maxval=2 * jnp.pi)
+        speed = jax.random.uniform(k_speed, (self.num_envs,), minval=self.speed[0],
+                                   maxval=self.speed[1])  # fmt: skip
+        new_dv = speed[:, None] * jnp.stack([jnp.cos(angle), jnp.sin(angle)], 1)
+        dv = _where(due, new_dv, p["dv"])
+        remaining = jnp.where(due, self.duration, p["remaining"])
+        countdown = jnp.where(due, self._countdown(k_count), p["countdown"])
+        active = remaining > 0
+        per_step = jnp.where(active[:, None], dv / self.duration, 0.0)
+        sim = jax.vmap(self.core.kick)(state.sim, per_step)
+        state = self.env.step(state.replace(sim=sim), action)
+        ended = _ended(state)
+        push = {
+            "countdown": jnp.where(ended, self._countdown(k_count), countdown - 1),
+            "remaining": jnp.where(ended, 0, remaining - active),
+            "dv": dv,
+            "key": key,
+        }
+        return state.replace(extras={**state.extras, "push": push})
+
+
+__all__ = ["Pushes"]
