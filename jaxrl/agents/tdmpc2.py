@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import flax.linen as nn
 import jax
@@ -22,77 +21,23 @@ from flax.training.train_state import TrainState
 
 from jaxrl import networks as nets
 from jaxrl import planners, rl
+from jaxrl.agents.tdmpc2_model import (
+    adam,
+    heuristic_discount,
+    make_modules,
+    plan_value,
+    prior_actions,
+    seed_steps,
+    squashed_policy,
+    tdmpc2_env_defaults,
+)
 from jaxrl.config import ConfigError, OffPolicyFields, check_positive, check_range
 from jaxrl.types import Batch, InfoDict, Params
 
-
-def heuristic_discount(
-    episode_length: int, denom: float = 5, lo: float = 0.95, hi: float = 0.995
-) -> float:
-    """The authors' discount: ``clip((L/denom - 1) / (L/denom), lo, hi)`` (0.995 for L = 1000)."""
-    if episode_length <= 0:
-        raise ValueError(f"episode_length must be positive, got {episode_length}.")
-    frac = episode_length / denom
-    return float(min(max((frac - 1.0) / frac, lo), hi))
-
-
-def seed_steps(episode_length: int) -> int:
-    """The authors' random-action warm-up: ``max(1000, 5 * episode_length)`` env steps."""
-    return max(1000, 5 * int(episode_length))
-
-
-def tdmpc2_env_defaults(config: TDMPC2Config, episode_length: int) -> dict[str, float | int]:
-    """The settings the authors derive from the env: discount and seed (warm-up) steps.
-
-    The registry hands this to the command line, which applies it to the fields left at their
-    defaults (``AgentSpec.with_env_defaults``).
-    """
-    del config
-    return {
-        "discount": heuristic_discount(episode_length),
-        "learning_starts": seed_steps(episode_length),
-    }
-
-
-# ----------------------------------------------------------------------------------- networks
-
-
-@functools.cache
-def make_modules(config: TDMPC2Config, action_dim: int) -> dict[str, nn.Module]:
-    """The networks of the authors' ``WorldModel`` for state observations, by name.
-
-    All are ``NormedMLP`` (LayerNorm, Mish, N(0, 0.02^2) weights); encoder and dynamics end in
-    LayerNorm + SimNorm; the reward and Q output layers start at zero; Q dropout on layer 1.
-    """
-    c, hidden = config, (config.mlp_dim, config.mlp_dim)
-    mlp, enc_hidden = nets.NormedMLP, (c.enc_dim,) * max(c.num_enc_layers - 1, 1)
-    q_ensemble = nets.ensemble(mlp, c.num_q, split_rngs=("params", "dropout"))
-    return {
-        "encoder": mlp(enc_hidden, c.latent_dim, c.simnorm_dim),
-        "dynamics": mlp(hidden, c.latent_dim, c.simnorm_dim),
-        "reward": mlp(hidden, c.num_bins, zero_out=True),
-        "termination": mlp(hidden, 1),
-        "policy": mlp(hidden, 2 * action_dim),
-        "qs": q_ensemble(hidden, c.num_bins, None, c.dropout, True),
-    }
-
-
-def squashed_policy(out: jax.Array, key: jax.Array, log_std_min: float, log_std_max: float):
-    """Sample the tanh-Gaussian policy prior from its network output ``[..., 2A]``.
-
-    The log-std is squashed smoothly into ``[log_std_min, log_std_max]`` by a tanh. Returns
-    ``(action, tanh(mean), entropy, scaled_entropy)``: ``entropy = -log pi(a|z)`` with the tanh
-    correction; ``scaled_entropy = -A * log N(u; mean, std)`` of the pre-tanh sample ``u``, which
-    is what the authors' current ``scaled_entropy`` evaluates to (its ratio cancels the tanh term).
-    """
-    mean, raw = jnp.split(out, 2, axis=-1)
-    log_std = log_std_min + 0.5 * (log_std_max - log_std_min) * (jnp.tanh(raw) + 1.0)
-    eps = jax.random.normal(key, mean.shape, mean.dtype)
-    dim = mean.shape[-1]
-    gauss_lp = jnp.sum(-0.5 * eps**2 - log_std, axis=-1) - 0.5 * math.log(2 * math.pi) * dim
-    action = jnp.tanh(mean + eps * jnp.exp(log_std))
-    log_prob = gauss_lp - jnp.sum(jnp.log(nn.relu(1.0 - action**2) + 1e-6), axis=-1)
-    return action, jnp.tanh(mean), -log_prob, -dim * gauss_lp
+# The world model's networks and rollouts live in ``tdmpc2_model``; the env-derived settings
+# stay importable from here (the registry and tests import them from this module).
+__all__ = ["TDMPC2", "TDMPC2Config", "policy_loss", "world_model_loss"]
+__all__ += ["heuristic_discount", "seed_steps", "tdmpc2_env_defaults"]
 
 
 # ----------------------------------------------------------------------------------------- losses
@@ -254,41 +199,13 @@ class TDMPC2(struct.PyTreeNode):
     def _act_one(self, plan, obs, first, key, explore: bool):
         """One env: encode, MPPI over the latent model (or the policy prior alone), act."""
         k_pi, k_plan, k_noise = jax.random.split(key, 3)
-        params, c, gamma, m = self.model.params, self.config, self.hparams["discount"], self.modules
-        z = self.encode(params, obs)
+        c = self.config
+        z = self.encode(self.model.params, obs)
         if not c.mpc:
             action, mean = self.act_prior(self.policy.params, z, k_pi)[:2]
             return (action if explore else mean), plan
-
-        def prior_step(z: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-            a = self.act_prior(self.policy.params, z, key)[0]
-            return self.next(params, z, a), a
-
-        def model_step(carry: tuple, a: jax.Array) -> tuple[tuple, None]:
-            zt, ret, discount, done = carry
-            za = jnp.concatenate([zt, a], axis=-1)
-            reward = rl.two_hot_inv(m["reward"].apply(params["reward"], za), c.vmin, c.vmax)
-            zt = self.next(params, zt, a)
-            ret = ret + discount * (1.0 - done) * reward
-            if c.episodic:  # a predicted termination (sigmoid > 0.5) ends the return
-                logit = m["termination"].apply(params["termination"], zt)[..., 0]
-                done = jnp.maximum(done, logit > 0)
-            return (zt, ret, discount * gamma, done), None
-
-        def value_fn(actions: jax.Array, key: jax.Array) -> jax.Array:
-            """Discounted predicted rewards + discount^H * Q(z_H, pi(z_H)) (2 random Qs' mean)."""
-            n = actions.shape[0]
-            carry = (jnp.broadcast_to(z, (n, *z.shape)), jnp.zeros(n), jnp.ones(()), jnp.zeros(n))
-            (zt, ret, discount, done), _ = jax.lax.scan(model_step, carry, actions.swapaxes(0, 1))
-            k_a, k_pair = jax.random.split(key)
-            a = self.act_prior(self.policy.params, zt, k_a)[0]
-            return ret + discount * (1.0 - done) * self.q_value(params["qs"], zt, a, k_pair, "avg")
-
-        pi_actions = None
-        if c.num_pi_trajs > 0:
-            z_pi = jnp.broadcast_to(z, (c.num_pi_trajs, *z.shape))
-            _, pi_actions = jax.lax.scan(prior_step, z_pi, jax.random.split(k_pi, c.horizon))
-            pi_actions = pi_actions.swapaxes(0, 1)
+        pi_actions = prior_actions(self, z, k_pi) if c.num_pi_trajs > 0 else None
+        value_fn = functools.partial(plan_value, self, z)
         planner = c.planner_config(self.action_dim)
         result, plan = planners.plan(planner, value_fn, plan, first, k_plan, pi_actions)
         action = result.actions[0]
@@ -334,27 +251,14 @@ class TDMPC2(struct.PyTreeNode):
         }
         if c.episodic:
             params["termination"] = m["termination"].init(keys[4], z)
-        adam = optax.inject_hyperparams(_adam, static_args=("max_grad_norm", "eps"))
-        model_tx = adam(c.lr, c.enc_lr_scale, c.grad_clip_norm)
-        pi_tx = adam(c.lr, 1.0, c.grad_clip_norm, eps=1e-5)  # the authors' policy Adam eps
+        adam_tx = optax.inject_hyperparams(adam, static_args=("max_grad_norm", "eps"))
+        model_tx = adam_tx(c.lr, c.enc_lr_scale, c.grad_clip_norm)
+        pi_tx = adam_tx(c.lr, 1.0, c.grad_clip_norm, eps=1e-5)  # the authors' policy Adam eps
         model = TrainState.create(apply_fn=None, params=params, tx=model_tx)
         policy = TrainState.create(apply_fn=None, params=m["policy"].init(keys[5], z), tx=pi_tx)
         hparams = nets.hparam_leaves(config, *HPARAMS)
         target = jax.tree.map(jnp.copy, params["qs"])
         return cls(rng, model, policy, target, jnp.ones(()), hparams, action_dim, config)
-
-
-def _adam(
-    learning_rate: jax.Array, enc_lr_scale: jax.Array, max_grad_norm: float, eps: float = 1e-8
-) -> optax.GradientTransformation:
-    # Adam's step is linear in its rate, so scaling the encoder's updates is the authors'
-    # encoder parameter group at lr * enc_lr_scale; the norm clip covers all parameters.
-    encoder_only = lambda params: {name: name == "encoder" for name in params}  # noqa: E731
-    return optax.chain(
-        optax.clip_by_global_norm(max_grad_norm),
-        optax.adam(learning_rate, eps=eps),
-        optax.masked(optax.scale(enc_lr_scale), encoder_only),
-    )
 
 
 HPARAMS = ("discount", "tau", "rho", "consistency_coef", "reward_coef", "value_coef",
