@@ -254,6 +254,7 @@ def _train_jax(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     num_envs = train_cfg.num_envs or (1 if spec.kind == "planner" else 64)
     train_cfg = dc.replace(train_cfg, num_envs=num_envs)
     env, eval_env = make_jax_envs(train_cfg.env, num_envs, train_cfg.eval_episodes, agent_cfg, spec)
+    agent_cfg = spec.with_actor_observation(agent_cfg, env)
     out = train_cfg.out or default_out(spec.name, train_cfg)
     outs = _seed_dirs(spec, train_cfg, agent_cfg, out)
     for i, o in enumerate(outs):

@@ -83,6 +83,9 @@ class PolicySource:
         control_dt: seconds per env step (the control period), or None when unknown.
         step: the training step of the checkpoint.
         agent_config: the agent's config as a dict (recorded).
+        privileged_size: observation features the env appends for the critic only
+            (``privileged=true``); the exported policy takes the first ``obs_size`` features,
+            which is all the actor ever reads, and never these.
     """
 
     spec: AgentSpec
@@ -96,6 +99,7 @@ class PolicySource:
     control_dt: float | None = None
     step: int = 0
     agent_config: dict[str, Any] | None = None
+    privileged_size: int = 0
 
     @property
     def action_size(self) -> int:
@@ -526,7 +530,13 @@ def _contract(src: PolicySource, fmt: str, path: str) -> dict[str, Any]:
         "observation": {
             "size": int(src.obs_size),
             "dtype": "float32",
-            "layout": f"[batch, {src.obs_size}]: the env's raw observation vector, batch any size",
+            "layout": f"[batch, {src.obs_size}]: the env's raw observation vector, batch any size"
+            + (
+                f"; the env's {src.privileged_size} privileged critic features (privileged=true) "
+                "are not inputs"
+                if src.privileged_size
+                else ""
+            ),
             "input_name": "obs",
         },
         "normalizer": normalizer,
@@ -747,16 +757,19 @@ def source_from_run(run_dir: str, step: int | None = None) -> PolicySource:
     run = load_run(run_dir, step)
     spec = registry.get(run.config["agent"])
     env_id = run.config["env"]
-    clip = 10.0
+    clip, obs_stats, privileged = 10.0, run.obs_stats, 0
     if is_jax_env(env_id):
         from jaxrl.envs.jax_envs import make_jax_env
 
         env = make_jax_env(env_id, 1, normalize_obs=env_obs_norm(spec, run.agent_config))
         core, _ = make_core(env_id)
         obs_size, action_size = env.observation_size, env.action_size
+        if env.actor_observation_size is not None:  # privileged=true: the policy's part only
+            obs_size, privileged = env.actor_observation_size, obs_size - env.actor_observation_size
+            obs_stats = _first_features(obs_stats, obs_size)
         low, high = core.action_low, core.action_high
         dt = _control_dt(core) or _control_dt(getattr(core, "env", None))
-        if run.obs_stats is not None:
+        if obs_stats is not None:
             clip = float(env.clip)
     else:
         from jaxrl.envs import make_env
@@ -773,13 +786,21 @@ def source_from_run(run_dir: str, step: int | None = None) -> PolicySource:
         obs_size=int(obs_size),
         action_low=np.broadcast_to(np.asarray(low, np.float32), shape).copy(),
         action_high=np.broadcast_to(np.asarray(high, np.float32), shape).copy(),
-        obs_stats=run.obs_stats,
+        obs_stats=obs_stats,
         obs_clip=clip,
         env=env_id,
         control_dt=dt,
         step=int(run.meta["step"]),
         agent_config=dataclasses.asdict(run.agent_config),
+        privileged_size=int(privileged),
     )
+
+
+def _first_features(stats: Any, size: int) -> Any:
+    """Running observation statistics of the first ``size`` features (None stays None)."""
+    if stats is None:
+        return None
+    return stats.replace(mean=stats.mean[..., :size], var=stats.var[..., :size])
 
 
 def export_run(run_dir: str, fmt: str, out: str | None = None, step: int | None = None) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import flax.linen as nn
 import jax
@@ -290,6 +290,28 @@ class Temperature(nn.Module):
             "log_alpha", lambda _: jnp.full((), jnp.log(self.initial_value), jnp.float32)
         )
         return jnp.exp(log_alpha)
+
+
+class FirstFeatures(nn.Module):
+    """``module`` applied to the first ``size`` features of its first input.
+
+    Asymmetric actor-critic: the observation ends with privileged features (true state, drawn
+    physics; ``jaxrl.envs.privileged``) that the critic reads and the deployed actor must not.
+    """
+
+    module: nn.Module
+    size: int
+
+    def __call__(self, obs: jax.Array, *args: Any, **kwargs: Any) -> Any:
+        """``module(obs[..., :size], *args, **kwargs)``."""
+        return self.module(obs[..., : self.size], *args, **kwargs)
+
+
+def observing(module: nn.Module, size: int) -> nn.Module:
+    """``module`` reading the first ``size`` observation features, or all of them for 0."""
+    if size < 0:
+        raise ValueError(f"actor_observation_size must be >= 0 (0: all features), got {size}.")
+    return FirstFeatures(module, size) if size else module
 
 
 def _adam(

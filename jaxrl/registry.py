@@ -55,6 +55,9 @@ class AgentSpec:
         env_defaults: ``(config, episode_length) -> {field: value}``, settings derived from the
             env (TD-MPC2's discount heuristic); the command line applies them to the fields the
             user left at their defaults. None when nothing depends on the env.
+        actor_obs_field: the config field holding how many leading observation features the
+            actor reads (asymmetric actor-critic: the rest are privileged critic inputs, see
+            ``jaxrl.envs.privileged``); None when the agent cannot train that way.
     """
 
     name: str
@@ -69,6 +72,7 @@ class AgentSpec:
     sequence_field: str | None = None
     burst_at_start: bool = False
     env_defaults: Callable[[Any, int], dict[str, Any]] | None = None
+    actor_obs_field: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -76,7 +80,7 @@ class AgentSpec:
                 f"AgentSpec {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}."
             )
         fields = {f.name for f in dataclasses.fields(self.config)}
-        for attr in ("horizon_field", "sequence_field"):
+        for attr in ("horizon_field", "sequence_field", "actor_obs_field"):
             field = getattr(self, attr)
             if field is not None and field not in fields:
                 raise ValueError(
@@ -104,6 +108,36 @@ class AgentSpec:
         derived = self.env_defaults(config, episode_length)
         keep = {k: v for k, v in derived.items() if getattr(config, k) == getattr(default, k)}
         return dataclasses.replace(config, **keep)
+
+    def with_actor_observation(self, config: Any, env: Any) -> Any:
+        """``config`` with the actor reading what the policy may see of ``env``'s observation.
+
+        ``env.actor_observation_size`` is None for envs without privileged features (the config
+        is returned unchanged) and the policy's width for envs built with ``privileged=true``.
+
+        Raises:
+            ValueError: the env has privileged features and the agent cannot keep them from
+                its actor, or the config asks for another width.
+        """
+        size = env.actor_observation_size
+        if size is None:
+            return config
+        field = self.actor_obs_field
+        if field is None:
+            able = [s.name for s in REGISTRY.values() if s.actor_obs_field is not None]
+            raise ValueError(
+                f"{self.name} cannot train on an env with privileged=true: its actor would read "
+                f"the critic's privileged features. Use one of {', '.join(able)}, or drop "
+                "privileged=true from the env id."
+            )
+        chosen = getattr(config, field)
+        if chosen not in (0, size):
+            raise ValueError(
+                f"--{field.replace('_', '-')} {chosen} does not match the env: with "
+                f"privileged=true the policy sees the first {size} observation features; leave "
+                "it at 0 and it is set from the env."
+            )
+        return dataclasses.replace(config, **{field: size})
 
     def make_config(self, **fields: Any) -> Any:
         """The agent's config from JSON-like fields (lists become tuples, as the CLI gives them)."""
@@ -152,11 +186,12 @@ def _register_builtin() -> None:
     from jaxrl.offline.td3_bc import TD3BC, ReBRAC, ReBRACConfig, TD3BCConfig
 
     offline = {"kind": "offline", "data_norm": True}
+    asymmetric = {"actor_obs_field": "actor_observation_size"}
     for spec in (
-        AgentSpec("sac", SAC, SACConfig, "off-policy"),
-        AgentSpec("td3", TD3, TD3Config, "off-policy"),
-        AgentSpec("ppo", PPO, PPOConfig, "on-policy", env_obs_norm=True),
-        AgentSpec("rlpd", SAC, RLPDConfig, "off-policy"),
+        AgentSpec("sac", SAC, SACConfig, "off-policy", **asymmetric),
+        AgentSpec("td3", TD3, TD3Config, "off-policy", **asymmetric),
+        AgentSpec("ppo", PPO, PPOConfig, "on-policy", env_obs_norm=True, **asymmetric),
+        AgentSpec("rlpd", SAC, RLPDConfig, "off-policy", **asymmetric),
         AgentSpec("bc", BC, BCConfig, **offline),
         AgentSpec("td3-bc", TD3BC, TD3BCConfig, **offline),
         AgentSpec("cql", CQL, CQLConfig, **offline),

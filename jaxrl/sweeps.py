@@ -240,6 +240,12 @@ def run_fused(spec: AgentSpec, train_cfg: Any, program: Program) -> list[dict[st
     num_envs = train_cfg.num_envs or (1 if spec.kind == "planner" else 64)
     cfg = dataclasses.replace(train_cfg, num_envs=num_envs, num_seeds=1)
     env, eval_env = make_jax_envs(cfg.env, num_envs, cfg.eval_episodes, program.config, spec)
+    members = [
+        dataclasses.replace(m, config=spec.with_actor_observation(m.config, env))
+        for m in program.members
+    ]
+    config = spec.with_actor_observation(program.config, env)
+    program = dataclasses.replace(program, config=config, members=members)
     for m in program.members:
         _prepare(spec, cfg, m)
     obs = jnp.zeros(env.observation_size, jnp.float32)

@@ -48,6 +48,8 @@ def main(args: Args) -> list[dict]:
     # Training envs normalize observations when the agent asks for it (PPO does); the eval envs
     # then use the training statistics, frozen.
     env, eval_env = make_jax_envs(cfg.env, cfg.num_envs or 64, cfg.eval_episodes, agent_cfg, spec)
+    # With privileged=true in the env id the actor reads only what a robot's policy would see.
+    agent_cfg = spec.with_actor_observation(agent_cfg, env)
 
     # One run directory per seed: seed, seed+1, ... train together under jax.vmap.
     out = cfg.out or os.path.join("runs", f"{args.agent}-{cfg.env}".replace(":", "_"))

@@ -138,7 +138,11 @@ def test_actions_are_rescaled_to_unit_box_and_next_actions_stop_at_episode_ends(
     a = _episodes([3, 2], [True, False], act_dim=1)
     actions = np.array([[-2.0], [0.0], [2.0], [1.0], [-1.0]], np.float32)
     ds = Dataset(
-        a["observations"], actions, a["rewards"], a["next_observations"], a["terminals"],
+        a["observations"],
+        actions,
+        a["rewards"],
+        a["next_observations"],
+        a["terminals"],
         a["timeouts"],
     )
     t = ds.transitions(-2.0, 2.0, with_next_action=True)
@@ -162,7 +166,9 @@ def test_minari_dataset_made_with_datacollector_loads_by_id_and_by_path(tmp_path
             done = term or trunc
             lengths += 1
     env.create_dataset(
-        "pendulum/jaxrl-test-v0", algorithm_name="random", ref_min_score=-1500.0,
+        "pendulum/jaxrl-test-v0",
+        algorithm_name="random",
+        ref_min_score=-1500.0,
         ref_max_score=-150.0,
     )
     env.close()
@@ -305,8 +311,10 @@ def test_generated_pendulum_datasets_follow_the_d4rl_recipe(record_property):
 
     med, exp = pendulum_dataset("medium"), pendulum_dataset("expert")
     rnd, replay = pendulum_dataset("random"), pendulum_dataset("medium-replay")
-    scores = {k: d.normalized_score(d.episode_returns().mean()) for k, d in
-              {"random": rnd, "medium": med, "expert": exp}.items()}
+    scores = {
+        k: d.normalized_score(d.episode_returns().mean())
+        for k, d in {"random": rnd, "medium": med, "expert": exp}.items()
+    }
     for k, v in scores.items():
         record_property(f"{k}_score", v)
     # Random near 0, expert near 100, medium in between (D4RL: 40-60 on locomotion).

@@ -74,8 +74,10 @@ def test_vmapped_seeds_equal_single_seed_runs(tmp_path):
             for k in ("critic/loss", "actor/loss", "temp/alpha", "train/episode_return"):
                 np.testing.assert_allclose(rv.get(k, 0), rs.get(k, 0), rtol=1e-4, err_msg=k)
     # The seeds really differ from each other.
-    losses = [read_metrics(str(tmp_path / "v" / f"s{s}" / "metrics.csv"))[-1]["critic/loss"]
-              for s in range(4)]
+    losses = [
+        read_metrics(str(tmp_path / "v" / f"s{s}" / "metrics.csv"))[-1]["critic/loss"]
+        for s in range(4)
+    ]
     assert len({round(f, 3) for f in losses}) == 4
 
 

@@ -24,9 +24,22 @@ def test_collect_then_train_iql_from_the_command_line(tmp_path, capsys):
     data = str(tmp_path / "pendulum-medium.hdf5")
     out = _run_cli(
         [
-            "dataset", "collect", "--env", "Pendulum-v1", "--policy", pol["medium"],
-            "--kind", "medium", "--steps", "2000", "--seed", "3",
-            "--expert-policy", pol["expert"], "--out", data,
+            "dataset",
+            "collect",
+            "--env",
+            "Pendulum-v1",
+            "--policy",
+            pol["medium"],
+            "--kind",
+            "medium",
+            "--steps",
+            "2000",
+            "--seed",
+            "3",
+            "--expert-policy",
+            pol["expert"],
+            "--out",
+            data,
         ],
         capsys,
     )
@@ -38,9 +51,25 @@ def test_collect_then_train_iql_from_the_command_line(tmp_path, capsys):
 
     run = str(tmp_path / "run")
     argv = [
-        "train", "iql", "--dataset", data, "--out", run, "--total-steps", "600",
-        "--eval-every", "300", "--log-every", "300", "--eval-episodes", "2",
-        "--hidden-dims", "32", "32", "--no-progress", "--no-tensorboard",
+        "train",
+        "iql",
+        "--dataset",
+        data,
+        "--out",
+        run,
+        "--total-steps",
+        "600",
+        "--eval-every",
+        "300",
+        "--log-every",
+        "300",
+        "--eval-episodes",
+        "2",
+        "--hidden-dims",
+        "32",
+        "32",
+        "--no-progress",
+        "--no-tensorboard",
     ]
     _run_cli(argv, capsys)
     summary = json.load(open(os.path.join(run, "summary.json")))
@@ -77,7 +106,12 @@ def test_offline_command_line_errors(tmp_path, capsys):
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(50, 3)).astype(np.float32)
     ds = Dataset(
-        obs, rng.uniform(-2, 2, (50, 1)), rng.normal(size=50), obs, np.zeros(50), np.zeros(50),
+        obs,
+        rng.uniform(-2, 2, (50, 1)),
+        rng.normal(size=50),
+        obs,
+        np.zeros(50),
+        np.zeros(50),
         env_id="Pendulum-v1",
     )
     path = save_d4rl(ds, tmp_path / "p.hdf5")

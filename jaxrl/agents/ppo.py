@@ -26,7 +26,13 @@ from flax.training.train_state import TrainState
 
 from jaxrl import rl
 from jaxrl.config import ConfigError, check_choice, check_positive, check_range
-from jaxrl.networks import ACTIVATIONS, NormalTanhPolicy, ValueNetwork, make_train_state
+from jaxrl.networks import (
+    ACTIVATIONS,
+    NormalTanhPolicy,
+    ValueNetwork,
+    make_train_state,
+    observing,
+)
 from jaxrl.types import InfoDict, Params, Rollout
 
 __all__ = ["PPO", "PPOConfig", "Rollout", "gae_minibatch", "policy_loss", "value_loss"]
@@ -237,8 +243,11 @@ class PPO(struct.PyTreeNode):
         obs = obs_example[None]
         act = ACTIVATIONS[config.activation]
         init = nn.initializers.lecun_uniform()
-        policy_def = NormalTanhPolicy(
-            action_example.shape[-1], config.policy_hidden_dims, act, kernel_init=init
+        policy_def = observing(
+            NormalTanhPolicy(
+                action_example.shape[-1], config.policy_hidden_dims, act, kernel_init=init
+            ),
+            config.actor_observation_size,
         )
         value_def = ValueNetwork(config.value_hidden_dims, act, kernel_init=init)
         policy = make_train_state(policy_def, k_policy, config.learning_rate, obs)
@@ -309,6 +318,9 @@ class PPOConfig:
     """Hidden layer widths of the value network."""
     activation: Literal["swish", "relu", "tanh", "elu", "gelu"] = "swish"
     """Hidden activation of both networks."""
+    actor_observation_size: int = 0
+    """The policy sees the first N observation features, the value function all (0: all); `jaxrl
+    train` sets it for envs with privileged=true (asymmetric actor-critic)."""
 
     def rollout_length(self, num_envs: int) -> int:
         """Env steps per env collected before each update (Brax's rule).

@@ -145,7 +145,12 @@ class SAC(struct.PyTreeNode):
         """Initialize from a single (unbatched) observation and action; ``seed`` may be traced."""
         rng, *keys = jax.random.split(jax.random.key(seed), 4)
         actor, critic, target, temp, hparams = init_networks(
-            config, obs_example, action_example, *keys, config.target_entropy_scale
+            config,
+            obs_example,
+            action_example,
+            *keys,
+            config.target_entropy_scale,
+            config.actor_observation_size,
         )
         return cls(rng, actor, critic, target, temp, hparams, config)
 
@@ -158,19 +163,22 @@ def init_networks(
     k_critic: jax.Array,
     k_temp: jax.Array,
     target_entropy_scale: float = 1.0,
+    actor_observation_size: int = 0,
 ) -> tuple[TrainState, TrainState, Params, TrainState, dict[str, jax.Array]]:
     """SAC's actor, critic ensemble, target critic, temperature and float hyperparameters.
 
     Shared by every SAC-based agent (CQL, ...). ``config`` needs SAC's network and optimizer
     fields (``hidden_dims``, ``num_qs``, ``critic_layer_norm``, learning rates, ``discount``,
     ``tau``, ``init_temperature``, ``target_entropy``). Without a ``target_entropy`` the target
-    is ``-target_entropy_scale * action_dim``.
+    is ``-target_entropy_scale * action_dim``. With ``actor_observation_size`` the actor reads
+    only that many leading observation features (``nets.observing``).
     """
     action_dim = action_example.shape[-1]
     obs, act = obs_example[None], action_example[None]
-    actor = nets.make_train_state(
-        nets.TanhGaussianActor(action_dim, config.hidden_dims), k_actor, config.actor_lr, obs
+    actor_def = nets.observing(
+        nets.TanhGaussianActor(action_dim, config.hidden_dims), actor_observation_size
     )
+    actor = nets.make_train_state(actor_def, k_actor, config.actor_lr, obs)
     critic_def = nets.EnsembleQ(config.hidden_dims, config.num_qs, config.critic_layer_norm)
     critic = nets.make_train_state(critic_def, k_critic, config.critic_lr, obs, act)
     temp = nets.make_train_state(nets.Temperature(config.init_temperature), k_temp, config.temp_lr)
@@ -213,6 +221,9 @@ class SACConfig(OffPolicyFields):
     """LayerNorm in the critic's hidden layers (RLPD)."""
     init_temperature: float = 1.0
     """Initial entropy temperature alpha."""
+    actor_observation_size: int = 0
+    """The actor sees the first N observation features, the critic all (0: all); `jaxrl train` sets
+    it for envs with privileged=true (asymmetric actor-critic)."""
     target_entropy: float | None = None
     """Target policy entropy; None = -target_entropy_scale * action_dim."""
     target_entropy_scale: float = 1.0

@@ -137,7 +137,10 @@ class TD3(struct.PyTreeNode):
         """Initialize from a single (unbatched) observation and action; ``seed`` may be traced."""
         rng, k_actor, k_critic = jax.random.split(jax.random.key(seed), 3)
         obs, act = obs_example[None], action_example[None]
-        actor_def = nets.DeterministicActor(action_example.shape[-1], config.hidden_dims)
+        actor_def = nets.observing(
+            nets.DeterministicActor(action_example.shape[-1], config.hidden_dims),
+            config.actor_observation_size,
+        )
         actor = nets.make_train_state(actor_def, k_actor, config.actor_lr, obs)
         critic_def = nets.EnsembleQ(config.hidden_dims, config.num_qs)
         critic = nets.make_train_state(critic_def, k_critic, config.critic_lr, obs, act)
@@ -174,6 +177,9 @@ class TD3Config(OffPolicyFields):
     """Clip range of the target policy smoothing noise."""
     policy_delay: int = 2
     """Critic updates per actor/target update."""
+    actor_observation_size: int = 0
+    """The actor sees the first N observation features, the critic all (0: all); `jaxrl train` sets
+    it for envs with privileged=true (asymmetric actor-critic)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

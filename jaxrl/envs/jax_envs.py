@@ -56,6 +56,9 @@ class VecEnv:
     ``RescaleAction``).
     """
 
+    actor_observation_size: int | None = None
+    """Leading observation features the policy may see; None: all (no privileged features)."""
+
     def __init__(self, core: Any, num_envs: int, episode_length: int | None = None, name: str = ""):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
@@ -312,7 +315,7 @@ def make_jax_env(env_id: str, num_envs: int, normalize_obs: bool = False) -> Any
     env: Any = VecEnv(core, num_envs, options.get("episode_length"), name=env_id)
     env = sim2real.wrap_actuation(env, wrappers)
     env = RecordEpisodeStatistics(RescaleAction(env, core.action_low, core.action_high))
-    env = sim2real.wrap_agent_side(env, wrappers)
+    env = sim2real.wrap_agent_side(env, wrappers, core)
     if normalize_obs:
         env = NormalizeObservation(env)
     return env

@@ -306,6 +306,7 @@ OPTIONS = (
     "obs_delay",
     "obs_noise",
     "obs_history",
+    "privileged",
 )
 """Env-id options that add these wrappers: ``jax:pendulum?obs_noise=0.05&action_delay=1:3``."""
 
@@ -346,13 +347,20 @@ def wrap_actuation(env: Any, options: dict[str, Any]) -> Any:
     return env
 
 
-def wrap_agent_side(env: Any, options: dict[str, Any]) -> Any:
+def wrap_agent_side(env: Any, options: dict[str, Any], core: Any = None) -> Any:
     """The wrappers between the agent and the env, in the order a robot sees them.
 
     Actions: the agent's command is delayed (``action_delay``), then low-pass filtered
     (``action_filter``), then applied. Observations: delayed (``obs_delay``), then noisy
     (``obs_noise``, the standard deviation of every channel), then stacked (``obs_history``).
+    With ``privileged=true`` the clean observation and ``core``'s drawn physics are appended
+    for the critic (``jaxrl.envs.privileged``).
     """
+    if options.get("privileged"):
+        from jaxrl.envs.privileged import wrap_privileged
+
+        rest = {k: v for k, v in options.items() if k != "privileged"}
+        return wrap_privileged(env, core, lambda e: wrap_agent_side(e, rest))
     if "action_filter" in options:
         env = ActionFilter(env, float(options["action_filter"]))
     if "action_delay" in options:
