@@ -82,9 +82,9 @@ def _chunk_before(
         )
         return (states, step + steps_per_iter), out
 
-    (states, _), (infos, ret, count) = jax.lax.scan(body, (states, step), None, length=num_iters)
+    (states, _), (infos, sums, count) = jax.lax.scan(body, (states, step), None, length=num_iters)
     metrics = {k: v[-1] for k, v in infos.items()}
-    metrics["train/episode_return_sum"] = ret.sum(0)
+    metrics["sum:train/episode_return"] = sums["train/episode_return"].sum(0)
     metrics["train/episodes"] = count.sum(0)
     metrics[NONFINITE] = states.nonfinite
     return states, metrics

@@ -309,12 +309,14 @@ def make_jax_env(env_id: str, num_envs: int, normalize_obs: bool = False) -> Any
         optionally inside ``NormalizeObservation``; its actions are in ``[-1, 1]``.
     """
     from jaxrl.envs import sim2real
+    from jaxrl.envs.privileged import record_physics
 
     core, options = make_core(env_id)
     wrappers, options = sim2real.split_options(options)
     env: Any = VecEnv(core, num_envs, options.get("episode_length"), name=env_id)
     env = sim2real.wrap_actuation(env, wrappers)
     env = RecordEpisodeStatistics(RescaleAction(env, core.action_low, core.action_high))
+    env = record_physics(env, core)  # randomized physics: logged per episode
     env = sim2real.wrap_agent_side(env, wrappers, core)
     if normalize_obs:
         env = NormalizeObservation(env)

@@ -110,6 +110,50 @@ class AppendPrivileged(Wrapper):
         return state.replace(obs=obs, info={**info, "final_obs": final})
 
 
+class RecordPhysics(Wrapper):
+    """Report each ended episode's drawn physics in ``info["episode_values"]`` (for logging).
+
+    ``physics/<name>`` per env (``randomization.summary``: mean friction, torso mass and CoM),
+    nonzero where an episode ended on the step; the fused loop logs their means over the
+    episodes of each log interval. ``record_physics`` adds it to randomized Brax envs.
+
+    Args:
+        env: the env to wrap.
+        core: its core (a ``BraxCore`` with ``randomize``).
+    """
+
+    def __init__(self, env: Any, core: Any):
+        super().__init__(env)
+        self.core = core
+
+    def _values(self, sim: Any, ended: jax.Array) -> dict[str, jax.Array]:
+        from jaxrl.envs.randomization import summary
+
+        return {f"physics/{k}": v * ended for k, v in summary(sim[0]).items()}
+
+    def reset(self, key: jax.Array) -> EnvState:
+        """Reset; no episode has ended yet."""
+        state = self.env.reset(key)
+        values = self._values(state.sim, jnp.zeros(self.num_envs, jnp.float32))
+        return state.replace(info={**state.info, "episode_values": values})
+
+    def step(self, state: EnvState, action: jax.Array) -> EnvState:
+        """Step; the physics of the episodes that just ended (drawn before the auto-reset)."""
+        sim = state.sim
+        state = self.env.step(state, action)
+        ended = ((state.terminated + state.truncation) > 0).astype(jnp.float32)
+        return state.replace(info={**state.info, "episode_values": self._values(sim, ended)})
+
+
+def record_physics(env: Any, core: Any) -> Any:
+    """``RecordPhysics(env, core)`` when ``core`` draws its physics per episode, else ``env``."""
+    from jaxrl.envs.jax_envs import BraxCore
+
+    if isinstance(core, BraxCore) and core.ranges is not None:
+        return RecordPhysics(env, core)
+    return env
+
+
 def wrap_privileged(env: Any, core: Any, sensors: Any) -> Any:
     """``AppendPrivileged(sensors(RecordPrivileged(env, core)))``.
 
@@ -121,4 +165,10 @@ def wrap_privileged(env: Any, core: Any, sensors: Any) -> Any:
     return AppendPrivileged(sensors(RecordPrivileged(env, core)))
 
 
-__all__ = ["AppendPrivileged", "RecordPrivileged", "wrap_privileged"]
+__all__ = [
+    "AppendPrivileged",
+    "RecordPhysics",
+    "RecordPrivileged",
+    "record_physics",
+    "wrap_privileged",
+]

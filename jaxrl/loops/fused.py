@@ -62,10 +62,18 @@ def init_fused_state(spec: AgentSpec, agent_config: Any, env: Any, seed: Any) ->
     return FusedState(agent, buffer, env.reset(k_env), k_loop, jnp.zeros((), jnp.int32), plan)
 
 
-def _episode_stats(env_state: Any) -> tuple[jax.Array, jax.Array]:
-    """(sum of returns, count) of the episodes that ended on the last step."""
+def _episode_stats(env_state: Any) -> tuple[dict[str, jax.Array], jax.Array]:
+    """Sums over the episodes that ended on the last step, and their count.
+
+    Summed: the return, and whatever a wrapper reports per episode in
+    ``info["episode_values"]`` (e.g. the drawn physics of a randomized env,
+    ``jaxrl.envs.privileged.RecordPhysics``); the loop logs their means per log interval.
+    """
     ended = (env_state.terminated + env_state.truncation) > 0
-    return jnp.sum(env_state.info["episode_return"] * ended), jnp.sum(ended.astype(jnp.float32))
+    values = {"train/episode_return": env_state.info["episode_return"]}
+    values.update(env_state.info.get("episode_values", {}))
+    sums = {k: jnp.sum(v * ended) for k, v in values.items()}
+    return sums, jnp.sum(ended.astype(jnp.float32))
 
 
 def _off_policy_iteration(
@@ -152,13 +160,13 @@ def _on_policy_iteration(
         )
         return (env_state, rng), (rollout, _episode_stats(env_state))
 
-    (env_state, rng), (rollout, (ret, count)) = jax.lax.scan(
+    (env_state, rng), (rollout, (sums, count)) = jax.lax.scan(
         env_step, (state.env, state.rng), None, length=rollout_length
     )
     agent, info = state.agent.update(rollout)
     bad = state.nonfinite + nonfinite(agent).astype(jnp.int32)
     new = state.replace(agent=agent, env=env_state, rng=rng, nonfinite=bad)
-    return new, (info, ret.sum(), count.sum())
+    return new, (info, jax.tree.map(jnp.sum, sums), count.sum())
 
 
 def _chunk(
@@ -192,9 +200,9 @@ def _chunk(
     if single:  # the member axis back, after the scan's iteration axis
         states = jax.tree.map(lambda x: x[None], states)
         outs = jax.tree.map(lambda x: x[:, None], outs)
-    infos, ret, count = outs
+    infos, sums, count = outs
     metrics = {k: v[-1] for k, v in infos.items()}
-    metrics["train/episode_return_sum"] = ret.sum(0)
+    metrics.update({_SUM + k: v.sum(0) for k, v in sums.items()})
     metrics["train/episodes"] = count.sum(0)
     metrics[NONFINITE] = states.nonfinite
     return states, metrics
@@ -231,20 +239,29 @@ def jit_chunk(iteration: Any, num_iters: int, steps_per_iter: int) -> Any:
     return jax.jit(chunk, donate_argnums=0)
 
 
+_SUM = "sum:"
+"""Prefix of the chunk metrics that are sums over ended episodes (``_episode_stats``)."""
+
+
 def _rows(metrics: dict[str, np.ndarray], learned: bool, rate: float) -> list[dict[str, float]]:
     """One metrics row per member from a chunk's (host) metrics."""
     rows = []
     for i in range(len(metrics["train/episodes"])):
+        episodes = metrics["train/episodes"][i]
         # Off-policy agents report zeros before learning_starts: do not log those as losses.
         row = {
             k: float(v[i])
             for k, v in metrics.items()
-            if learned and not k.startswith("train/episode")
+            if learned and not k.startswith((_SUM, "train/episodes"))
         }
         row[NONFINITE] = float(metrics[NONFINITE][i])
-        if metrics["train/episodes"][i] > 0:
-            row["train/episode_return"] = float(
-                metrics["train/episode_return_sum"][i] / metrics["train/episodes"][i]
+        if episodes > 0:  # means over the episodes that ended in the chunk
+            row.update(
+                {
+                    k[len(_SUM) :]: float(v[i] / episodes)
+                    for k, v in metrics.items()
+                    if k.startswith(_SUM)
+                }
             )
         row["time/env_steps_per_s"] = rate
         rows.append(row)
