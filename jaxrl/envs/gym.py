@@ -1,8 +1,10 @@
 """Host environments: Gymnasium continuous-control envs vectorized with ``gymnasium.vector``.
 
 Agents act in ``[-1, 1]``; ``HostEnv`` rescales to the env's bounds, returns the true final
-observation of finished episodes (for bootstrapping) and can save/restore MuJoCo physics, RNG and
-time-limit state so that a resumed run continues exactly where it stopped.
+observation of finished episodes (for bootstrapping) and can save/restore MuJoCo physics, RNG,
+time-limit and sim-to-real wrapper state so that a resumed run continues exactly where it stopped.
+An id may name sim-to-real wrappers as options, ``HalfCheetah-v5?obs_noise=0.05&action_delay=1:3``
+(``split_env_id``; the wrappers are in ``jaxrl.envs.gym_sim2real``).
 """
 
 from __future__ import annotations
@@ -34,36 +36,69 @@ def _quiet_mujoco_warnings() -> None:
     mujoco.set_mju_user_warning(lambda msg: warnings.warn(f"MuJoCo: {msg}", stacklevel=2))
 
 
+def split_env_id(env_id: str) -> tuple[str, dict[str, Any]]:
+    """Split a host id ``'HalfCheetah-v5?obs_noise=0.05&action_delay=1:3'`` into (id, options).
+
+    The id is the part before ``?`` (what ``gym.make`` receives); the options are parsed as
+    for JAX env ids (``jaxrl.envs.jax_envs.parse_env_id``) and checked against
+    ``jaxrl.envs.gym_sim2real.HOST_OPTIONS``.
+
+    Raises:
+        EnvError: an option is malformed, unknown, Brax-only or has an unusable value.
+    """
+    if "?" not in env_id:
+        return env_id, {}
+    from jaxrl.envs.gym_sim2real import check_options
+    from jaxrl.envs.jax_envs import parse_env_id
+
+    # parse_env_id splits a 'kind:' prefix first; give it one so that ':' in a Gymnasium id
+    # ('module:Env-v0') or in a value ('action_delay=1:3') stays where it is.
+    try:
+        _, base, options = parse_env_id(f"gym:{env_id}")
+    except EnvError as err:
+        raise EnvError(str(err).replace(repr(f"gym:{env_id}"), repr(env_id))) from None
+    check_options(options, env_id)
+    return base, options
+
+
 def _resolve_factory(env_id: str) -> EnvFactory:
     if ":" in env_id and env_id.split(":", 1)[0] in ("jax", "brax"):
         raise EnvError(
             f"Environment {env_id!r} is a JAX env: build it with jaxrl.envs.make_jax_env (the "
             "fused loop; `jaxrl train` does this), not make_env, which is for Gymnasium ids."
         )
+    base, options = split_env_id(env_id)
     try:
-        gym.spec(env_id)
+        gym.spec(base)
     except gym.error.Error as err:
-        close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=3, cutoff=0.6)
+        close = difflib.get_close_matches(base, list(gym.registry.keys()), n=3, cutoff=0.6)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise EnvError(
-            f"Unknown environment id {env_id!r} ({err}).{hint} Run "
+            f"Unknown environment id {base!r} ({err}).{hint} Run "
             '`python -c "import gymnasium; print(list(gymnasium.registry))"` to list ids.'
         ) from None
-    return lambda: gym.make(env_id)
+    if not options:
+        return lambda: gym.make(base)
+    from jaxrl.envs.gym_sim2real import wrap
+
+    return lambda: wrap(gym.make(base), options, env_id)
 
 
 def episode_length(env_id: str) -> int:
     """Steps in a full episode of ``env_id`` (its time limit; 1000 where it has none).
 
     Works for JAX env ids too (``jax:NAME``, ``brax:NAME``), so settings derived from the
-    episode length (e.g. TD-MPC2's discount) need no knowledge of the env's kind.
+    episode length (e.g. TD-MPC2's discount) need no knowledge of the env's kind. With
+    ``decimation=k`` it counts agent steps, ``ceil(time limit / k)``, as for JAX envs.
     """
     if ":" in env_id and env_id.split(":", 1)[0] in ("jax", "brax"):
         from jaxrl.envs.jax_envs import make_jax_env
 
         return int(make_jax_env(env_id, 1).episode_length)
-    _resolve_factory(env_id)  # a clear error for an unknown id
-    return int(gym.spec(env_id).max_episode_steps or 1000)
+    _resolve_factory(env_id)  # a clear error for an unknown id or option
+    base, options = split_env_id(env_id)
+    steps = int(gym.spec(base).max_episode_steps or 1000)
+    return -(-steps // options.get("decimation", 1))  # agent steps: the time limit counts sim steps
 
 
 def check_spaces(env_id: str, env: gym.Env) -> None:
@@ -87,7 +122,7 @@ class HostEnv:
     """``num_envs`` copies of a Gymnasium env in a ``SyncVectorEnv`` (same-step autoreset).
 
     Attributes:
-        env_id: the Gymnasium id (or a label when built from a factory).
+        env_id: the full id, options included (or a label when built from a factory).
         num_envs: number of parallel copies.
         obs_dim / action_dim: flat observation and action sizes.
     """
@@ -188,6 +223,10 @@ class HostEnv:
                     "ctrl": data.ctrl.tolist(),
                     "np_random": e.unwrapped.np_random.bit_generator.state,
                     "elapsed_steps": _time_limit(e)._elapsed_steps if _time_limit(e) else None,
+                    "wrappers": [
+                        {"type": type(w).__name__, "state": w.get_state()}
+                        for w in _stateful_wrappers(e)
+                    ],
                 }
             )
         return {"envs": envs, "obs": self._obs.tolist()}
@@ -202,6 +241,14 @@ class HostEnv:
                 "resume with the same --num-envs."
             )
         for e, s in zip(self.vec.envs, state["envs"], strict=True):
+            saved = [w["type"] for w in s.get("wrappers", [])]
+            wrappers = [type(w).__name__ for w in _stateful_wrappers(e)]
+            if saved != wrappers:  # checked before anything is restored
+                raise EnvError(
+                    f"Saved state has the sim-to-real wrappers {saved} but {self.env_id!r} has "
+                    f"{wrappers}; resume with the same --env id (its options included)."
+                )
+        for e, s in zip(self.vec.envs, state["envs"], strict=True):
             model, data = _mujoco_parts(e)
             physics = np.asarray(s["physics"], np.float64)
             mujoco.mj_setState(model, data, physics, mujoco.mjtState.mjSTATE_FULLPHYSICS)
@@ -210,6 +257,8 @@ class HostEnv:
             e.unwrapped.np_random.bit_generator.state = s["np_random"]
             if s["elapsed_steps"] is not None:
                 _time_limit(e)._elapsed_steps = s["elapsed_steps"]
+            for w, saved in zip(_stateful_wrappers(e), s.get("wrappers", []), strict=True):
+                w.set_state(saved["state"])
         self._obs = np.asarray(state["obs"], np.float32)
         return self._obs
 
@@ -234,6 +283,31 @@ def _time_limit(env: gym.Env) -> gym.wrappers.TimeLimit | None:
     return None
 
 
+def _stateful_wrappers(env: gym.Env) -> list[Any]:
+    """The ``gym_sim2real`` wrappers with per-episode state in ``env``'s chain, outermost first."""
+    from jaxrl.envs.gym_sim2real import STATEFUL
+
+    found = []
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, STATEFUL):
+            found.append(env)
+        env = env.env
+    return found
+
+
 def make_env(env_id: str, num_envs: int = 1, factory: EnvFactory | None = None) -> HostEnv:
-    """Build a ``HostEnv`` from a Gymnasium id (validated, with suggestions for typos)."""
+    """Build a ``HostEnv`` from a Gymnasium id (validated, with suggestions for typos).
+
+    Args:
+        env_id: a Gymnasium id, optionally with sim-to-real options after ``?``:
+            ``decimation``, ``action_filter``, ``action_delay``, ``obs_delay``, ``obs_noise``,
+            ``obs_history`` (``jaxrl.envs.gym_sim2real.HOST_OPTIONS``), e.g.
+            ``HalfCheetah-v5?obs_noise=0.05&action_delay=1:3``. Each copy is wrapped before it
+            is vectorized, in the order the JAX env ids use (``gym_sim2real.wrap``).
+        num_envs: parallel copies.
+        factory: builds one env instead of ``gym.make`` (``env_id`` is then only a label).
+
+    Raises:
+        EnvError: unknown id or option, a Brax-only option, or an unusable option value.
+    """
     return HostEnv(env_id, num_envs, factory)

@@ -1,20 +1,38 @@
 """Gymnasium equivalents of the sim-to-real wrappers (``jaxrl.envs.sim2real``) for host envs.
 
 Same semantics as the JAX versions, on one ``gymnasium.Env``: wrap each env before it is
-vectorized (``gymnasium.vector.SyncVectorEnv([lambda: ActionDelay(gym.make(id), 2)])``).
-Per-episode state restarts in ``reset``; the RNG is the env's ``np_random``, so ``reset(seed=)``
-makes the noise and the drawn delays reproducible.
+vectorized (``gymnasium.vector.SyncVectorEnv([lambda: ActionDelay(gym.make(id), 2)])``), or
+name them in a host env id, ``HalfCheetah-v5?obs_noise=0.05&action_delay=1:3`` (``wrap``,
+used by ``jaxrl.envs.make_env``). Per-episode state restarts in ``reset``; the RNG is the env's
+``np_random``, so ``reset(seed=)`` makes the noise and the drawn delays reproducible.
+
+The stateful wrappers (``STATEFUL``) have ``get_state()`` / ``set_state()`` with JSON-able
+values, so ``HostEnv`` saves them with the MuJoCo physics and a resumed run is bit-identical.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections import deque
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from jaxrl.envs.sim2real import steps_range
+from jaxrl.envs.sim2real import OPTIONS, _steps_option, steps_range
+
+HOST_OPTIONS = tuple(name for name in OPTIONS if name != "push_speed")
+"""Env-id options of host envs: every sim-to-real option but ``push_speed`` (Brax only)."""
+
+
+def _encode(array: np.ndarray) -> dict[str, Any]:
+    """``array`` as JSON-able data that ``_decode`` turns back into the same bits."""
+    array = np.asarray(array)
+    return {"dtype": array.dtype.str, "shape": list(array.shape), "data": array.ravel().tolist()}
+
+
+def _decode(data: dict[str, Any]) -> np.ndarray:
+    return np.asarray(data["data"], np.dtype(data["dtype"])).reshape(data["shape"])
 
 
 class ObservationNoise(gym.ObservationWrapper):
@@ -56,12 +74,25 @@ class ActionDelay(gym.Wrapper):
 
     def step(self, action: Any) -> tuple:
         """Queue ``action`` and step with the one chosen ``k`` steps ago."""
-        self.queue.append(np.asarray(action))
+        self.queue.append(np.array(action))  # a copy: vector envs pass views of their batch
         return self.env.step(self.queue.popleft())
+
+    def get_state(self) -> dict[str, Any]:
+        """The episode's delay and the queued actions."""
+        return {"delay": self.delay, "queue": [_encode(a) for a in self.queue]}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``get_state`` returned."""
+        self.delay, self.queue = int(state["delay"]), deque(_decode(a) for a in state["queue"])
 
 
 class ObservationDelay(gym.Wrapper):
-    """Show the observation of ``k`` steps ago (the episode's first one until then)."""
+    """Show the observation of ``k`` steps ago (the episode's first one until then).
+
+    Unlike the JAX version, whose ``final_obs`` (what the fused loop stores as the next
+    observation) is the true one, a host env's transitions hold what this wrapper shows,
+    the last observation of an episode included; ``info["true_obs"]`` has the true one.
+    """
 
     def __init__(self, env: gym.Env, steps: int | tuple[int, int]):
         super().__init__(env)
@@ -80,6 +111,15 @@ class ObservationDelay(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.queue.append(obs)
         return self.queue[0], reward, terminated, truncated, {**info, "true_obs": obs}
+
+    def get_state(self) -> dict[str, Any]:
+        """The queued observations (their number is the episode's delay + 1)."""
+        return {"queue": [_encode(o) for o in self.queue]}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``get_state`` returned."""
+        queue = [_decode(o) for o in state["queue"]]
+        self.queue = deque(queue, maxlen=len(queue))
 
 
 class ActionFilter(gym.ActionWrapper):
@@ -102,5 +142,195 @@ class ActionFilter(gym.ActionWrapper):
         self.u = self.alpha * np.asarray(action) + (1.0 - self.alpha) * self.u
         return self.u.astype(self.action_space.dtype)
 
+    def get_state(self) -> dict[str, Any]:
+        """The filter's memory ``u``."""
+        return {"u": _encode(self.u)}
 
-__all__ = ["ActionDelay", "ActionFilter", "ObservationDelay", "ObservationNoise"]
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``get_state`` returned."""
+        self.u = _decode(state["u"])
+
+
+class ObservationHistory(gym.Wrapper):
+    """Observations of the last ``k`` steps, oldest first, concatenated (``k * size`` wide).
+
+    At an episode's start the history is its first observation repeated. The observation that
+    ends an episode (Gymnasium's ``final_obs``) is the history ending with the last one; the
+    next episode starts its own history at ``reset``.
+
+    Args:
+        env: the env to wrap; its observations must be a flat ``Box``.
+        k: steps of history, >= 1.
+    """
+
+    def __init__(self, env: gym.Env, k: int):
+        super().__init__(env)
+        space = env.observation_space
+        if k < 1:
+            raise ValueError(f"ObservationHistory: k must be >= 1, got {k}.")
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise ValueError(
+                f"ObservationHistory: needs a flat Box observation space, got {space}; wrap "
+                "the env with gymnasium.wrappers.FlattenObservation first."
+            )
+        self.k = int(k)
+        self.observation_space = gym.spaces.Box(
+            np.tile(space.low, self.k), np.tile(space.high, self.k), dtype=space.dtype
+        )
+        self.history: deque = deque(maxlen=self.k)
+
+    def _stacked(self) -> np.ndarray:
+        return np.concatenate(list(self.history))
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
+        """Reset; the history is the first observation ``k`` times."""
+        obs, info = self.env.reset(**kwargs)
+        self.history = deque([obs] * self.k, maxlen=self.k)
+        return self._stacked(), info
+
+    def step(self, action: Any) -> tuple:
+        """Step and append the new observation (dropping the oldest)."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.history.append(obs)
+        return self._stacked(), reward, terminated, truncated, info
+
+    def get_state(self) -> dict[str, Any]:
+        """The last ``k`` observations, oldest first."""
+        return {"history": [_encode(o) for o in self.history]}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``get_state`` returned."""
+        self.history = deque((_decode(o) for o in state["history"]), maxlen=self.k)
+
+
+class ControlDecimation(gym.Wrapper):
+    """Hold each action for ``k`` simulator steps (a policy at 1/k of the simulation rate).
+
+    The reward is the sum over the sub-steps. An episode that terminates or is truncated
+    within them ends the agent step there, with that sub-step's observation, flags and info.
+    Put it directly on the simulator (``gym.make``'s env, whose time limit counts sub-steps,
+    so an episode has ``ceil(max_episode_steps / k)`` agent steps) and the other wrappers
+    outside, as ``wrap`` does.
+
+    Args:
+        env: the env to wrap.
+        k: simulator steps per agent step, >= 1.
+    """
+
+    def __init__(self, env: gym.Env, k: int):
+        super().__init__(env)
+        if k < 1:
+            raise ValueError(f"ControlDecimation: k must be >= 1, got {k}.")
+        self.k = int(k)
+
+    def step(self, action: Any) -> tuple:
+        """Up to ``k`` sub-steps with ``action``; the reward is their sum."""
+        total = 0.0
+        for _ in range(self.k):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            total += float(reward)
+            if terminated or truncated:
+                break
+        return obs, total, terminated, truncated, info
+
+
+STATEFUL = (ActionDelay, ObservationDelay, ActionFilter, ObservationHistory)
+"""Wrappers with per-episode state (``get_state`` / ``set_state``); ``HostEnv`` saves them."""
+
+
+def _count(value: Any, name: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError(f"option {name}={value!r}: use a whole number of steps, e.g. {name}=2.")
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise ValueError(f"option {name}={value!r}: use a number, e.g. {name}=0.5.")
+
+
+_WRAPPERS = (  # innermost first, the order of sim2real.wrap_actuation then wrap_agent_side
+    ("decimation", ControlDecimation, _count),
+    ("action_filter", ActionFilter, _number),
+    ("action_delay", ActionDelay, _steps_option),
+    ("obs_delay", ObservationDelay, _steps_option),
+    ("obs_noise", ObservationNoise, _number),
+    ("obs_history", ObservationHistory, _count),
+)
+
+
+def check_options(options: dict[str, Any], env_id: str) -> None:
+    """Raise ``EnvError`` unless ``options`` are host env-id options with usable values.
+
+    Args:
+        options: the options of ``env_id`` (``jaxrl.envs.jax_envs.parse_env_id``'s values).
+        env_id: the full id, for the message.
+    """
+    from jaxrl.envs.gym import EnvError
+
+    if "push_speed" in options:
+        raise EnvError(
+            f"Environment {env_id!r}: push_speed (random pushes) kicks the Brax simulator "
+            "state, so it exists for Brax envs only (e.g. 'brax:ant?push_speed=0.5:1.5'); drop "
+            "it from this Gymnasium id."
+        )
+    unknown = sorted(set(options) - set(HOST_OPTIONS))
+    if unknown:
+        close = [c for u in unknown for c in difflib.get_close_matches(u, HOST_OPTIONS, n=1)]
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise EnvError(
+            f"Environment {env_id!r}: unknown option(s) {', '.join(unknown)}.{hint} Gymnasium "
+            f"env ids take {', '.join(HOST_OPTIONS)}, e.g. "
+            "'HalfCheetah-v5?obs_noise=0.05&action_delay=1:3'."
+        )
+    for name, _, convert in _WRAPPERS:
+        if name in options:
+            try:
+                convert(options[name], name)
+            except ValueError as err:
+                raise EnvError(f"Environment {env_id!r}: {err}") from None
+
+
+def wrap(env: gym.Env, options: dict[str, Any], env_id: str = "") -> gym.Env:
+    """``env`` in the wrappers that ``options`` name, in the order the JAX env ids use.
+
+    ``decimation`` is innermost (on the simulator); then ``action_filter``, ``action_delay``
+    (the agent's command is delayed, then filtered), ``obs_delay``, ``obs_noise`` and
+    ``obs_history`` outermost (observations are delayed, made noisy, then stacked).
+
+    Args:
+        env: one unvectorized env (``gym.make(id)``).
+        options: host env-id options (``HOST_OPTIONS``), e.g. ``{"action_delay": "1:3"}``.
+        env_id: the full id, for error messages.
+
+    Returns:
+        The wrapped env (``env`` itself when ``options`` is empty).
+
+    Raises:
+        EnvError: an option is unknown, Brax-only, or has an unusable value.
+    """
+    from jaxrl.envs.gym import EnvError
+
+    check_options(options, env_id)
+    for name, wrapper, convert in _WRAPPERS:
+        if name in options:
+            try:
+                env = wrapper(env, convert(options[name], name))
+            except ValueError as err:
+                raise EnvError(f"Environment {env_id!r}: option {name}: {err}") from None
+    return env
+
+
+__all__ = [
+    "HOST_OPTIONS",
+    "STATEFUL",
+    "ActionDelay",
+    "ActionFilter",
+    "ControlDecimation",
+    "ObservationDelay",
+    "ObservationHistory",
+    "ObservationNoise",
+    "check_options",
+    "wrap",
+]
