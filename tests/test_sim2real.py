@@ -253,3 +253,19 @@ def test_train_sim2real_script_evaluates_the_exported_policy(tmp_path):
     assert os.path.exists(result["export"]) and np.isfinite(result["exported_return_mean"])
     # Pendulum's return per episode lies in [-16.3 * 200, 0]: the exported policy ran episodes.
     assert -16.3 * 200 <= result["exported_return_mean"] < 0
+
+
+def test_decimation_under_history_and_privileged_features():
+    """Decimation (innermost) composes with the observation-widening wrappers above it."""
+    from jaxrl.envs.jax_envs import make_jax_env
+
+    env = make_jax_env("jax:pendulum?decimation=2&obs_history=3&privileged=true", 2)
+    plain = make_jax_env("jax:pendulum?decimation=2", 2)
+    state, ref = env.reset(jax.random.key(0)), plain.reset(jax.random.key(0))
+    step, ref_step = jax.jit(env.step), jax.jit(plain.step)
+    for _ in range(3):
+        state, ref = step(state, jnp.ones((2, 1))), ref_step(ref, jnp.ones((2, 1)))
+    assert state.obs.shape == (2, 9 + 3)
+    np.testing.assert_allclose(state.reward, ref.reward, rtol=1e-6)
+    np.testing.assert_allclose(state.obs[:, 6:9], ref.obs, rtol=1e-6)  # newest in the history
+    np.testing.assert_allclose(state.obs[:, 9:], ref.obs, rtol=1e-6)  # the clean observation

@@ -291,10 +291,12 @@ class ControlDecimation(Wrapper):
             total = total + jnp.where(done, 0.0, new.reward)
             return (kept, total, done | _ended(new)), None
 
-        zeros = jnp.zeros(self.num_envs, jnp.float32)
-        start = state.replace(terminated=zeros, truncation=zeros)
-        init = (start, zeros, jnp.zeros(self.num_envs, bool))
-        (state, total, _), _ = jax.lax.scan(sub, init, None, length=self.k)
+        # The first sub-step runs outside the scan: the incoming state may carry the outer
+        # wrappers' observations (e.g. a history, wider than the simulator's), and the scan's
+        # carry must keep one shape.
+        first = self.env.step(state, action)
+        init = (first, first.reward, _ended(first))
+        (state, total, _), _ = jax.lax.scan(sub, init, None, length=self.k - 1)
         return state.replace(reward=total)
 
 
