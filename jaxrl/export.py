@@ -80,12 +80,16 @@ class PolicySource:
             trained on, or None when the env gives the agent raw observations.
         obs_clip: the clip applied after normalizing with ``obs_stats``.
         env: the env id, recorded in the contract.
-        control_dt: seconds per env step (the control period), or None when unknown.
+        control_dt: seconds per agent step (the control period: the simulator's step times
+            ``decimation``), or None when unknown.
         step: the training step of the checkpoint.
         agent_config: the agent's config as a dict (recorded).
         privileged_size: observation features the env appends for the critic only
             (``privileged=true``); the exported policy takes the first ``obs_size`` features,
             which is all the actor ever reads, and never these.
+        decimation: simulator steps per agent step (the env id's ``decimation``).
+        sim2real: the env id's sim-to-real options (noise, delays, filter, history, ...), so a
+            deployment knows what the policy was trained to expect.
     """
 
     spec: AgentSpec
@@ -100,6 +104,8 @@ class PolicySource:
     step: int = 0
     agent_config: dict[str, Any] | None = None
     privileged_size: int = 0
+    decimation: int = 1
+    sim2real: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def action_size(self) -> int:
@@ -527,6 +533,8 @@ def _contract(src: PolicySource, fmt: str, path: str) -> dict[str, Any]:
         "env": src.env,
         "step": int(src.step),
         "control_dt": src.control_dt,
+        "decimation": int(src.decimation),
+        "sim2real": src.sim2real,
         "observation": {
             "size": int(src.obs_size),
             "dtype": "float32",
@@ -779,6 +787,10 @@ def source_from_run(run_dir: str, step: int | None = None) -> PolicySource:
         low, high = env.action_low, env.action_high
         dt = _control_dt(env.vec.envs[0].unwrapped)
         env.close()
+    options = _sim2real_options(env_id)
+    decimation = int(options.get("decimation", 1))
+    if dt is not None:
+        dt *= decimation  # the simulator's step, times the steps each action is held
     shape = (int(action_size),)
     return PolicySource(
         spec=spec,
@@ -793,7 +805,18 @@ def source_from_run(run_dir: str, step: int | None = None) -> PolicySource:
         step=int(run.meta["step"]),
         agent_config=dataclasses.asdict(run.agent_config),
         privileged_size=int(privileged),
+        decimation=decimation,
+        sim2real=options,
     )
+
+
+def _sim2real_options(env_id: str) -> dict[str, Any]:
+    """The sim-to-real options of a JAX or Gymnasium env id (``...?obs_noise=0.05&...``)."""
+    from jaxrl.envs.jax_envs import parse_env_id
+    from jaxrl.envs.sim2real import split_options
+
+    query = env_id.partition("?")[2]
+    return split_options(parse_env_id(f"jax:env?{query}")[2])[0] if query else {}
 
 
 def _first_features(stats: Any, size: int) -> Any:

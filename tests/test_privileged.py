@@ -83,6 +83,9 @@ def test_cli_sets_the_actor_width_exports_the_policy_part(tmp_path, capsys):
     path = export_run(out, "numpy")
     policy = load_policy(path, obs_size=3)
     assert "privileged" in policy.contract["observation"]["layout"]
+    sim2real = {"obs_noise": 0.2, "obs_delay": 1, "privileged": True}
+    assert policy.contract["sim2real"] == sim2real
+    assert policy.contract["decimation"] == 1
     src = source_from_run(out)
     obs = np.random.default_rng(0).normal(size=(16, 3)).astype(np.float32)
     # The trained agent on the full layout (privileged part arbitrary), normalizer as in eval.
@@ -114,3 +117,11 @@ def test_refusals(tmp_path, capsys):
             jnp.zeros(1),
             0,
         )
+
+
+def test_contract_control_period_counts_decimation():
+    from jaxrl.export import _sim2real_options
+
+    assert _sim2real_options("HalfCheetah-v5") == {}
+    options = _sim2real_options("HalfCheetah-v5?decimation=2&obs_noise=0.1&episode_length=5")
+    assert options == {"decimation": 2, "obs_noise": 0.1}
