@@ -297,6 +297,7 @@ def _seeds_summary(
         "env_steps_per_s": sum(s["env_steps_per_s"] for s in summaries),
         "updates_per_s": sum(s["updates_per_s"] for s in summaries),
         "completed": completed,
+        "status": _worst_status(summaries),
     }
     write_json(os.path.join(out, "summary.json"), summary)
     curves = {os.path.basename(o): os.path.join(o, "metrics.csv") for o in outs}
@@ -437,10 +438,32 @@ def _plan_command(argv: list[str]) -> dict[str, Any]:
     return summary
 
 
+EXIT_STOPPED = 75
+"""Exit status after SIGTERM/SIGINT with the state saved (EX_TEMPFAIL): requeue and resume."""
+EXIT_DIVERGED = 3
+"""Exit status when the NaN guard stopped a run (the last good checkpoint is kept)."""
+
+
+def _worst_status(summaries: list[dict[str, Any]]) -> str:
+    """'diverged' if any member diverged, else 'stopped' if any stopped, else 'completed'."""
+    statuses = {s.get("status", "completed") for s in summaries}
+    for status in ("diverged", "stopped"):
+        if status in statuses:
+            return status
+    return "completed"
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
-    """The one line ``jaxrl train`` / ``jaxrl finetune`` print when a run completes."""
+    """The one line ``jaxrl train`` / ``jaxrl finetune`` print when a run completes.
+
+    A run that did not complete exits with ``EXIT_DIVERGED`` (the NaN guard stopped it) or
+    ``EXIT_STOPPED`` (a stop signal; the state is saved and the same command resumes).
+    """
+    status = summary.get("status", "completed" if summary["completed"] else "stopped")
+    if status == "diverged":
+        raise SystemExit(EXIT_DIVERGED)
     if not summary["completed"]:
-        return
+        raise SystemExit(EXIT_STOPPED)
     if summary.get("dataset") and not summary.get("online_steps"):
         rate = f"{summary['updates_per_s']:.0f} updates/s"
     else:

@@ -98,13 +98,20 @@ class RunLogger:
 
             self._tb = SummaryWriter(self.out_dir, purge_step=step + 1)
 
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        """Record ``metrics`` at ``step`` (merged into the row of the same step if present)."""
-        clean = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(v)}
+    def log(self, step: int, metrics: dict[str, float], keep_nonfinite: bool = False) -> None:
+        """Record ``metrics`` at ``step`` (merged into the row of the same step if present).
+
+        Non-finite values are dropped unless ``keep_nonfinite`` (a diverged update: the NaN
+        guard shows them in metrics.csv, as ``nan`` / ``inf``); TensorBoard and wandb get the
+        finite values only.
+        """
+        values = {k: float(v) for k, v in metrics.items() if v is not None}
+        clean = {k: v for k, v in values.items() if math.isfinite(v)}
+        kept = values if keep_nonfinite else clean
         if self.rows and self.rows[-1]["step"] == step:
-            self.rows[-1].update(clean)
+            self.rows[-1].update(kept)
         else:
-            self.rows.append({"step": float(step), **clean})
+            self.rows.append({"step": float(step), **kept})
         self._write_csv()
         if self._tensorboard:
             if self._tb is None:

@@ -190,6 +190,10 @@ def _optimize(
 
         with on_eval(report):
             summary = train(agent_name, dataclasses.replace(train_cfg, out=out), cfg)
+        if summary.get("status") == "diverged":  # the NaN guard stopped it
+            reason = f"{out}: diverged (NaN) by step {summary['diverged_at']}"
+            trial.set_user_attr("fail_reason", reason)
+            raise Diverged(reason)
         if not summary["completed"]:  # a stop signal: the run saved its state
             raise KeyboardInterrupt
         value = float(summary["final_eval_return_mean"])

@@ -336,6 +336,8 @@ def _ray_trial(
 
     with on_eval(report):
         summary = train(job.agent_name, dataclasses.replace(job.train_cfg, out=out), cfg)
+    if summary.get("status") == "diverged":  # the NaN guard stopped it
+        raise Diverged(f"{out}: diverged (NaN) by step {summary['diverged_at']}")
     if not summary["completed"]:
         raise RuntimeError(f"{out} stopped at step {summary['total_steps']} (a stop signal).")
     # Without a final evaluation here, the trial restarted after its run had finished.

@@ -64,6 +64,12 @@ class TrainConfig:
     """Write TensorBoard event files."""
     wandb_project: str | None = None
     """Also log to this wandb project (opt-in; needs the wandb extra)."""
+    on_nonfinite: Literal["stop", "skip", "warn"] = "stop"
+    """When an update leaves NaN in the agent: 'stop' (report the step and the non-finite losses,
+    keep the last good checkpoint, exit with status 3), 'skip' (discard such updates and count
+    them in train/nonfinite_updates), or 'warn' (say so once and go on)."""
+    max_to_keep: int = 2
+    """Checkpoints kept per run directory (the newest ones)."""
 
     def __post_init__(self) -> None:
         check_positive(
@@ -77,12 +83,14 @@ class TrainConfig:
             "log_every",
             "checkpoint_every",
             "online_steps",
+            "max_to_keep",
         )
         check_range(self, "seed", 0, 2**31 - 1)
         if self.offline_steps is not None:
             check_range(self, "offline_steps", 0, float("inf"))
         check_range(self, "offline_ratio", 0.0, 1.0)
         check_choice(self, "online_lr_schedule", ("constant", "cosine"))
+        check_choice(self, "on_nonfinite", ("stop", "skip", "warn"))
 
 
 def run_config(agent_name: str, agent_config: Any, cfg: TrainConfig) -> dict[str, Any]:
@@ -126,11 +134,12 @@ def prepare_run_dir(out: str, config: dict[str, Any]) -> None:
         # Budgets may grow (resume a finished run for longer; fine-tune an offline run online).
         ignore = {"total_steps", "online_steps", "offline_ratio", "online_lr_schedule"}
         ignore |= {"progress", "out"}
-        ignore |= {"wandb_project", "tensorboard"}
+        ignore |= {"wandb_project", "tensorboard", "on_nonfinite", "max_to_keep"}
         for section in ("agent", "env", "seed", "agent_config", "train"):
             a, b = old.get(section), config.get(section)
             if isinstance(a, dict) and isinstance(b, dict):
-                diff = [k for k in set(a) | set(b) if k not in ignore and a.get(k) != b.get(k)]
+                # A field the old run does not record is newer than the run: it ran the default.
+                diff = [k for k in a if k not in ignore and a[k] != b.get(k)]
             else:
                 diff = [] if a == b else [section]
             if diff:

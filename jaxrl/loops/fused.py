@@ -20,7 +20,13 @@ from jaxrl.acting import acting
 from jaxrl.buffers import BufferState, buffer_add, make_replay_buffer
 from jaxrl.evaluation import evaluate_jax
 from jaxrl.loops.config import TrainConfig
-from jaxrl.loops.harness import NONFINITE, Harness, compile_cache, nonfinite, strongly_typed
+from jaxrl.loops.harness import (
+    NONFINITE,
+    Harness,
+    compile_cache,
+    guarded_update,
+    strongly_typed,
+)
 from jaxrl.loops.host import _update_step
 from jaxrl.registry import AgentSpec
 from jaxrl.types import Rollout, Transition
@@ -85,6 +91,7 @@ def _off_policy_iteration(
     explore: Any,
     sequence: tuple[int, int] | None,
     burst: bool,
+    skip: bool = False,
 ) -> tuple[FusedState, tuple[Any, ...]]:
     """Act in every env, step, add the transitions, then ``num_updates`` gradient steps.
 
@@ -113,7 +120,7 @@ def _off_policy_iteration(
         agent: Any, rng: jax.Array, num: int = num_updates
     ) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
         sizes = {"num_updates": num, "batch_size": acfg.batch_size, "sequence": sequence}
-        return _update_step(agent, rng, buffer, None, **sizes)
+        return _update_step(agent, rng, buffer, None, **sizes, skip=skip)
 
     def skip(agent: Any, rng: jax.Array) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
         shapes = jax.eval_shape(learn, agent, rng)[2]
@@ -138,7 +145,7 @@ def _off_policy_iteration(
 
 
 def _on_policy_iteration(
-    state: FusedState, step: jax.Array, *, env: Any, rollout_length: int
+    state: FusedState, step: jax.Array, *, env: Any, rollout_length: int, skip: bool = False
 ) -> tuple[FusedState, tuple[Any, ...]]:
     """Collect ``rollout_length`` steps in every env, then one agent update on that rollout."""
     del step
@@ -163,8 +170,8 @@ def _on_policy_iteration(
     (env_state, rng), (rollout, (sums, count)) = jax.lax.scan(
         env_step, (state.env, state.rng), None, length=rollout_length
     )
-    agent, info = state.agent.update(rollout)
-    bad = state.nonfinite + nonfinite(agent).astype(jnp.int32)
+    agent, info, bad = guarded_update(state.agent, rollout, skip)
+    bad = state.nonfinite + bad.astype(jnp.int32)
     new = state.replace(agent=agent, env=env_state, rng=rng, nonfinite=bad)
     return new, (info, jax.tree.map(jnp.sum, sums), count.sum())
 
@@ -210,10 +217,10 @@ def _chunk(
 
 def _iteration(spec: AgentSpec, agent_config: Any, env: Any, cfg: TrainConfig) -> tuple:
     """``(iteration, env steps per iteration, gradient steps per iteration)`` of ``spec``."""
-    n = env.num_envs
+    n, skip = env.num_envs, cfg.on_nonfinite == "skip"
     if spec.kind == "on-policy":
         rollout_length = agent_config.rollout_length(n)
-        iteration = partial(_on_policy_iteration, env=env, rollout_length=rollout_length)
+        iteration = partial(_on_policy_iteration, env=env, rollout_length=rollout_length, skip=skip)
         return iteration, rollout_length * n, 1
     num_updates = cfg.updates_per_step or agent_config.utd_ratio * n
     length = spec.sequence_length(agent_config)
@@ -225,6 +232,7 @@ def _iteration(spec: AgentSpec, agent_config: Any, env: Any, cfg: TrainConfig) -
         explore=acting(spec).explore,
         sequence=sequence,
         burst=spec.burst_at_start,
+        skip=skip,
     )
     return iteration, n, num_updates
 

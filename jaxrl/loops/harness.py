@@ -32,6 +32,7 @@ import json
 import math
 import os
 import signal
+import sys
 import time
 from typing import Any, NamedTuple
 
@@ -100,6 +101,19 @@ def nonfinite(agent: Any) -> jax.Array:
     if not small:
         return jnp.zeros((), bool)
     return jnp.any(jnp.stack([jnp.any(jnp.isnan(x)) for x in small]))
+
+
+def guarded_update(agent: Any, batch: Any, skip: bool = False) -> tuple[Any, dict, jax.Array]:
+    """``agent.update(batch)`` and whether it left a NaN in the agent (``nonfinite``).
+
+    With ``skip`` such an update is discarded: the agent before it is returned (the NaN guard's
+    'skip' mode, ``TrainConfig.on_nonfinite``). Returns ``(agent, info, bad)``.
+    """
+    new, info = agent.update(batch)
+    bad = nonfinite(new)
+    if skip:
+        new = jax.tree.map(lambda old, n: jnp.where(bad, old, n), agent, new)
+    return new, info, bad
 
 
 def compile_cache(make: Any) -> Any:
@@ -234,11 +248,17 @@ class Harness:
         self.loggers = [
             RunLogger(o, cfg.tensorboard, cfg.wandb_project, os.path.basename(o)) for o in outs
         ]
-        self.ckpts = [Checkpointer(os.path.join(o, "checkpoints")) for o in outs]
+        self.ckpts = [
+            Checkpointer(os.path.join(o, "checkpoints"), max_to_keep=cfg.max_to_keep) for o in outs
+        ]
         self.step, self.updates = 0, 0
         self.last_eval = np.full((len(outs), 2), np.nan)
         self.stop, self.bar, self._warned = StopFlag(), None, False
         self._pending_eval, self.last_nonfinite = False, [0] * len(outs)
+        # The NaN guard: per member, the last logged step with a clean agent, and the step at
+        # which the guard stopped it ('stop' mode), or None.
+        self.clean_step = [0] * len(outs)
+        self.diverged: list[int | None] = [None] * len(outs)
         self.seeds = list(seeds) if seeds is not None else [cfg.seed + i for i in range(len(outs))]
 
     # -- resume -------------------------------------------------------------------------------
@@ -268,6 +288,7 @@ class Harness:
                 if self.stacked:
                     state = jax.tree.map(lambda *xs: jnp.stack(xs), *restored)
                 self.step = int(metas[0]["step"])
+        self.clean_step = [self.step] * len(self.outs)
         for logger in self.loggers:
             logger.truncate(self.step_offset + self.step)
         for i, logger in enumerate(self.loggers):
@@ -332,6 +353,8 @@ class Harness:
                 for i, out in enumerate(self.outs):
                     step = self.step_offset + self.step
                     hook(out, step, float(self.last_eval[i, 0]), int(count[i]))
+        if all(d is not None for d in self.diverged):
+            return False
         return self.step < self.cadence.total_steps and not self.stop.raised
 
     def advance(self, steps: int, updates: int = 0) -> Points:
@@ -360,10 +383,20 @@ class Harness:
                 row["eval_normalized_score"] = score
 
     def log(self, *rows: dict[str, float]) -> None:
-        """Write one metrics row per member at the current step; says once if a run diverged."""
-        for logger, row in zip(self.loggers, rows, strict=True):
-            logger.log(self.step_offset + self.step, row)
-            if row.get(NONFINITE, 0) > 0 and not self._warned:
+        """Write one metrics row per member at the current step; the NaN guard reads it.
+
+        A row whose ``train/nonfinite_updates`` grew is written with its non-finite values
+        (other rows drop them: agents report NaN for sub-steps they skip). Then, by
+        ``cfg.on_nonfinite``: 'stop' ends that member (``diverge``), 'skip' and 'warn' say so once.
+        """
+        for i, (logger, row) in enumerate(zip(self.loggers, rows, strict=True)):
+            bad = row.get(NONFINITE, 0) > 0 and self.diverged[i] is None
+            logger.log(self.step_offset + self.step, row, keep_nonfinite=bad)
+            if not bad:
+                self.clean_step[i] = self.step
+            elif self.cfg.on_nonfinite == "stop":
+                self.diverge(i, sorted(k for k, v in row.items() if not math.isfinite(v)))
+            elif not self._warned:
                 self._warn_nonfinite(logger.out_dir, row)
         self._last_log = (self.step, time.perf_counter())
         if self.bar is not None:
@@ -372,18 +405,48 @@ class Harness:
             postfix = {label: f"{rate:.0f}", "eval": f"{np.mean(self.last_eval[:, 0]):.1f}"}
             self.bar.set_postfix(postfix, refresh=False)
 
+    def diverge(self, i: int, names: list[str] | None = None) -> None:
+        """Stop member ``i``: an update left NaN in its agent (the NaN guard's 'stop' mode).
+
+        Its checkpoints stop here, so the newest one is the last good state; the run exits
+        with status 3 (``jaxrl train``). ``names``: the non-finite metrics of its row.
+        """
+        if self.diverged[i] is not None:
+            return
+        self.diverged[i] = self.step
+        first, now = self.step_offset + self.clean_step[i], self.step_offset + self.step
+        latest = self.ckpts[i].latest_step()
+        kept = f"step {latest}" if latest is not None else "none written yet"
+        what = f"non-finite: {', '.join(names)}" if names else "found before a checkpoint"
+        print(
+            f"error: {self.outs[i]}: training diverged: an update between step {first} and step "
+            f"{now} left NaN values in the agent ({what}). The last good checkpoint is kept "
+            f"({kept}). Lower the learning rates or check the data (NaN/huge rewards), or "
+            "resume with --on-nonfinite skip to discard such updates.",
+            file=sys.stderr,
+        )
+
     def _warn_nonfinite(self, out: str, row: dict[str, float]) -> None:
         self._warned = True
         names = sorted(k for k, v in row.items() if not math.isfinite(v))
+        done = "were skipped" if self.cfg.on_nonfinite == "skip" else "left NaN in the agent"
         print(
-            f"warning: {out}: the agent holds NaN values after {int(row[NONFINITE])} updates "
-            f"by step {self.step_offset + self.step} (non-finite metrics: "
-            f"{', '.join(names) or 'none'}); the run continues."
+            f"warning: {out}: {int(row[NONFINITE])} updates {done} by step "
+            f"{self.step_offset + self.step} (non-finite metrics: {', '.join(names) or 'none'}); "
+            "the run continues."
         )
 
     def save(self, state: Any, *metas: dict[str, Any]) -> None:
-        """Checkpoint each member's slice of ``state`` with its metadata (``metas``, optional)."""
+        """Checkpoint each member's slice of ``state`` with its metadata (``metas``, optional).
+
+        ``state.nonfinite`` (every loop state has it) is checked first: in 'stop' mode a member
+        whose agent went NaN is not saved, so its newest checkpoint stays the last good one.
+        """
+        counts = np.reshape(jax.device_get(state.nonfinite), -1)
         for i, ckpt in enumerate(self.ckpts):
+            if self.cfg.on_nonfinite == "stop" and (self.diverged[i] is not None or counts[i] > 0):
+                self.diverge(i)  # never let a diverged state evict the last good checkpoint
+                continue
             member = jax.tree.map(lambda x, i=i: x[i], state) if self.stacked else state
             meta = {"step": self.step, "last_eval": self.last_eval[i].tolist(), "phase": self.phase}
             meta |= metas[i] if metas else {}
@@ -401,25 +464,32 @@ class Harness:
             logger.plot(f"{self.name} on {self.where}{seed}")
             logger.close()
         done = self.step >= self.cadence.total_steps
-        if not done:
+        if not done and any(d is None for d in self.diverged):
             print(
                 f"Stopped at step {self.step}; checkpoint saved. Rerun the same command to resume."
             )
         summaries = []
         for i, out in enumerate(self.outs):
             mean, std = (float(x) for x in self.last_eval[i])
+            ok, status = done, "completed" if done else "stopped"
+            if self.diverged[i] is not None:
+                ok, status = False, "diverged"
             summary = {
                 "agent": self.name,
                 "env": self.cfg.env,
                 "seed": self.seeds[i],
                 "total_steps": self.step,
-                "final_eval_return_mean": mean if done else None,
-                "final_eval_return_std": std if done else None,
-                "normalized_score": self.score_fn(mean) if done else None,
+                "final_eval_return_mean": mean if ok else None,
+                "final_eval_return_std": std if ok else None,
+                "normalized_score": self.score_fn(mean) if ok else None,
                 "wall_clock_s": wall,
                 "env_steps_per_s": (self.step - self._start[0]) / max(wall, 1e-9),
                 "updates_per_s": self.updates / max(wall, 1e-9),
-                "completed": done,
+                "completed": ok,
+                "status": status,
+                "diverged_at": None
+                if self.diverged[i] is None
+                else self.step_offset + self.diverged[i],
             }
             summary |= extra or {}
             write_json(os.path.join(out, "summary.json"), summary)

@@ -17,7 +17,13 @@ from flax import struct
 from jaxrl.buffers import BufferState, buffer_sample
 from jaxrl.evaluation import evaluator
 from jaxrl.loops.config import TrainConfig
-from jaxrl.loops.harness import NONFINITE, Harness, compile_cache, nonfinite, strongly_typed
+from jaxrl.loops.harness import (
+    NONFINITE,
+    Harness,
+    compile_cache,
+    guarded_update,
+    strongly_typed,
+)
 from jaxrl.registry import AgentSpec
 
 
@@ -34,14 +40,22 @@ class OfflineState(struct.PyTreeNode):
 
 
 def _offline_chunk(
-    state: OfflineState, data: BufferState, *, num_updates: int, batch_size: int
+    state: OfflineState,
+    data: BufferState,
+    *,
+    num_updates: int,
+    batch_size: int,
+    skip: bool = False,
 ) -> tuple[OfflineState, dict[str, jax.Array]]:
-    """``num_updates`` gradient steps on uniform minibatches of ``data`` under ``lax.scan``."""
+    """``num_updates`` gradient steps on uniform minibatches of ``data`` under ``lax.scan``.
+
+    With ``skip``, updates that leave a NaN in the agent are discarded (``guarded_update``).
+    """
     rng, key = jax.random.split(state.rng)
 
     def body(agent: Any, k: jax.Array) -> tuple[Any, tuple[dict[str, jax.Array], jax.Array]]:
-        agent, info = agent.update(buffer_sample(data, k, batch_size))
-        return agent, (info, nonfinite(agent))
+        agent, info, bad = guarded_update(agent, buffer_sample(data, k, batch_size), skip)
+        return agent, (info, bad)
 
     agent, (infos, bad) = jax.lax.scan(body, state.agent, jax.random.split(key, num_updates))
     count = state.nonfinite + jnp.sum(bad, dtype=jnp.int32)
@@ -100,10 +114,12 @@ def train_offline(
     if (done := h.completed()) is not None:
         return done[0] if isinstance(out, str) else done
     batch_size = agents.config.batch_size  # static: the members share it
+    skip = cfg.on_nonfinite == "skip"
     run_chunk = compile_cache(
         lambda n: jax.jit(
             jax.vmap(
-                partial(_offline_chunk, num_updates=n, batch_size=batch_size), in_axes=(0, None)
+                partial(_offline_chunk, num_updates=n, batch_size=batch_size, skip=skip),
+                in_axes=(0, None),
             ),
             donate_argnums=0,
         )

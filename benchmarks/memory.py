@@ -1,0 +1,134 @@
+"""Resident memory against training steps over long runs: does anything grow?
+
+Runs `jaxrl train` in a subprocess and samples its resident set size (VmRSS from /proc, Linux)
+every second, together with the newest step in the run's metrics.csv. Logging, evaluations,
+checkpoints (with their retention) and the progress bar all run at their usual cadence, so
+growth from any of them shows up. Two runs by default:
+
+  1. SAC on HalfCheetah-v5 (host loop, paper defaults: 1M-row buffer, 256x256), 200k env steps;
+  2. PPO on jax:pendulum (fused loop, 64 envs), 20M env steps.
+
+Reported per run: RSS at 20%, 40%, 60%, 80% and 100% of the steps, and the growth between 20%
+and 100% (the buffer and compiled programs are allocated before 20%).
+
+Usage:
+    .venv/bin/python benchmarks/memory.py [--sac-steps 200000] [--ppo-steps 20000000]
+
+Writes benchmarks/results/memory.md and memory.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident set size of process ``pid`` in MiB, or None once it has exited."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except FileNotFoundError:
+        return None
+    return None
+
+
+def last_step(metrics: str) -> int:
+    """The newest step in ``metrics.csv`` (0 before the first row)."""
+    try:
+        with open(metrics) as f:
+            lines = f.read().strip().splitlines()
+    except FileNotFoundError:
+        return 0
+    return int(float(lines[-1].split(",")[0])) if len(lines) > 1 else 0
+
+
+def profile(name: str, argv: list[str], total: int) -> dict:
+    """Run ``jaxrl train *argv`` and sample (seconds, step, RSS MiB) every second."""
+    with tempfile.TemporaryDirectory() as out:
+        # The progress bar runs too (to stderr, discarded): it is one of the things that may grow.
+        cmd = [sys.executable, "-m", "jaxrl.cli", "train", *argv, "--out", out]
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        samples = []
+        while proc.poll() is None:
+            rss = rss_mb(proc.pid)
+            if rss is not None:
+                step = last_step(os.path.join(out, "metrics.csv"))
+                samples.append((time.perf_counter() - start, step, rss))
+            time.sleep(1.0)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{name}: `{' '.join(cmd)}` exited with {proc.returncode}")
+    at = {}
+    for frac in FRACTIONS:
+        # The last sample logged at or below this fraction of the run (the run's RSS then).
+        goal = frac * total
+        before = [s for s in samples if s[1] <= goal and s[1] > 0] or samples[:1]
+        at[frac] = before[-1][2]
+    growth = (at[1.0] - at[0.2]) / at[0.2]
+    shown = ", ".join(f"{int(f * 100)}% {at[f]:.0f} MiB" for f in FRACTIONS)
+    print(f"{name}: {shown}", flush=True)
+    return {"name": name, "argv": argv, "total_steps": total, "rss_mb_at": at,
+            "growth_20_100": growth, "samples": samples}  # fmt: skip
+
+
+def main() -> None:
+    """Profile both runs and write the table."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sac-steps", type=int, default=200_000)
+    p.add_argument("--ppo-steps", type=int, default=20_000_000)
+    args = p.parse_args()
+    runs = [
+        profile(
+            "SAC, HalfCheetah-v5, host loop",
+            ["sac", "--env", "HalfCheetah-v5", "--total-steps", str(args.sac_steps),
+             "--eval-every", "10000", "--log-every", "1000"],
+            args.sac_steps,
+        ),
+        profile(
+            "PPO, jax:pendulum (64 envs), fused loop",
+            ["ppo", "--env", "jax:pendulum", "--total-steps", str(args.ppo_steps),
+             "--eval-every", str(args.ppo_steps // 20), "--log-every", str(args.ppo_steps // 200)],
+            args.ppo_steps,
+        ),
+    ]  # fmt: skip
+    head = "| run | steps | " + " | ".join(f"RSS at {int(f * 100)}% (MiB)" for f in FRACTIONS)
+    lines = [
+        "# Resident memory over long runs",
+        "",
+        f"Machine: {os.cpu_count()} CPUs. RSS of the `jaxrl train` process (VmRSS), sampled every "
+        "second, at the last sample whose newest metrics row is at or below each fraction of the "
+        "run; logging, evaluations, checkpoints (2 kept) and the progress bar (to a discarded "
+        "stream) at their usual cadence. Growth: from 20% to 100%.",
+        "",
+        head + " | growth 20%-100% |",
+        "|---|---|" + "---|" * (len(FRACTIONS) + 1),
+    ]
+    for r in runs:
+        cells = " | ".join(f"{r['rss_mb_at'][f]:.0f}" for f in FRACTIONS)
+        lines.append(
+            f"| {r['name']} | {r['total_steps']:,} | {cells} | {100 * r['growth_20_100']:+.1f}% |"
+        )
+    for r in runs:
+        lines.append(f"\n`jaxrl train {' '.join(r['argv'])}`")
+    lines += ["", "Regenerate: `.venv/bin/python benchmarks/memory.py`", ""]
+    out = os.path.join(ROOT, "benchmarks", "results", "memory")
+    with open(out + ".md", "w") as f:
+        f.write("\n".join(lines))
+    with open(out + ".json", "w") as f:
+        json.dump({"runs": runs}, f)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
