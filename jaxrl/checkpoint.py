@@ -99,8 +99,39 @@ class Checkpointer:
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(_to_savable(state)), meta=ocp.args.JsonSave(meta)
         )
-        self._manager.save(step, args=args, force=True)
-        self._manager.wait_until_finished()
+        # orbax logs a failed write's traceback through absl before raising; the error below
+        # says what happened instead.
+        absl = logging.getLogger("absl")
+        level = absl.level
+        absl.setLevel(logging.CRITICAL)
+        try:
+            self._manager.save(step, args=args, force=True)
+            self._manager.wait_until_finished()
+        except Exception as err:  # a full disk surfaces as OSError or tensorstore's ValueError
+            self._drop_partial(step)
+            latest = self.latest_step()
+            kept = f"step {latest}, intact" if latest is not None else "none yet"
+            text = str(err).strip()
+            reason = text.splitlines()[0][:200] if text else type(err).__name__
+            if "No space left on device" in text:
+                reason = "no space left on the device"
+            raise CheckpointError(
+                f"Could not write the checkpoint of step {step} to {self.directory} ({reason}). "
+                f"The newest complete checkpoint: {kept}. Free disk space (or fix the "
+                "directory) and rerun the same command to resume from it."
+            ) from err
+        finally:
+            absl.setLevel(level)
+
+    def _drop_partial(self, step: int) -> None:
+        """Remove what a failed write of ``step`` left (orbax's temporary directories)."""
+        import shutil
+
+        if not os.path.isdir(self.directory):
+            return
+        for name in os.listdir(self.directory):
+            if name.startswith(f"{step}.") and "tmp" in name:
+                shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
 
     def restore(self, template: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
         """Restore the checkpoint at ``step`` (default: newest) into the structure of ``template``.

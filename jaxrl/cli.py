@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import sys
@@ -535,6 +536,16 @@ def _guard(fn: Any) -> Any:
         return fn()
     except (ValueError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        print(
+            f"error: no space left on the device writing {err.filename or 'a file'}. Checkpoints "
+            "are written atomically, so the newest complete one is intact: free disk space and "
+            "rerun the same command to resume.",
+            file=sys.stderr,
+        )
         raise SystemExit(2) from None
 
 
