@@ -14,6 +14,7 @@ once in ``__post_init__``; an agent's ``__post_init__`` calls ``super().__post_i
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Literal, get_args
 
 RewardNormalization = Literal["none", "return_range"]
@@ -41,16 +42,30 @@ def check_positive(config: Any, *names: str) -> None:
         for v in values:
             if v is None:
                 continue
-            if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+            # NaN passes ``v <= 0`` and inf is no rate or size: both are refused here.
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
                 raise ConfigError(
                     f"{type(config).__name__}.{name} must be positive, got {value!r}; "
                     f"set {_flag(name)} to a value > 0."
                 )
+            if not math.isfinite(v):
+                raise ConfigError(
+                    f"{type(config).__name__}.{name} must be finite, got {value!r}; "
+                    f"set {_flag(name)} to a finite value > 0."
+                )
 
 
 def check_range(config: Any, name: str, low: float, high: float, *, low_open: bool = False) -> None:
-    """Raise ``ConfigError`` unless ``low <= value <= high`` (``low < value`` if ``low_open``)."""
+    """Raise ``ConfigError`` unless ``low <= value <= high`` (``low < value`` if ``low_open``).
+
+    The value must also be finite (NaN, and inf even when ``high`` is inf, are refused).
+    """
     value = getattr(config, name)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(
+            f"{type(config).__name__}.{name} must be finite, got {value!r}; set {_flag(name)} "
+            "to a finite value."
+        )
     ok = (value > low if low_open else value >= low) and value <= high
     if not ok:
         bracket = "(" if low_open else "["

@@ -52,8 +52,27 @@ def read_config(run_dir: str) -> dict[str, Any]:
     path = os.path.join(run_dir, "config.json")
     if not os.path.exists(path):
         raise ValueError(f"{run_dir} is not a jaxrl run directory (no config.json).")
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(
+            f"{path} is not readable JSON ({err}); the run's config is damaged. Restore it from "
+            "a copy (the checkpoints beside it are untouched), or train into a new --out."
+        ) from None
+    if config.get("model") == "true_simulator":  # a `jaxrl plan` run (load_run says so)
+        return config
+    missing = [k for k in _CONFIG_KEYS if not isinstance(config, dict) or k not in config]
+    if missing:
+        raise ValueError(
+            f"{path} lacks {', '.join(missing)}: it was not written by `jaxrl train`. Restore "
+            "the run's own config.json, or train into a new --out."
+        )
+    return config
+
+
+_CONFIG_KEYS = ("agent", "env", "seed", "train", "agent_config")
+"""What every ``config.json`` of a training run records (``jaxrl.loops.run_config``)."""
 
 
 def online_updates(train_cfg: Any, agent_cfg: Any) -> int:
@@ -205,7 +224,11 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
             "the same `jaxrl plan` command plans new episodes."
         )
     if config["agent"] not in registry.names():
-        raise ValueError(f"{run_dir} was trained with unknown agent {config['agent']!r}.")
+        raise ValueError(
+            f"{run_dir} was trained with unknown agent {config['agent']!r}: not one of this "
+            f"jaxrl's agents ({', '.join(registry.names())}). Load it with the jaxrl version "
+            "that wrote it."
+        )
     spec = registry.get(config["agent"])
     agent_cfg = spec.make_config(**config["agent_config"])
     unknown = sorted(set(config["train"]) - {f.name for f in dataclasses.fields(TrainConfig)})
@@ -219,6 +242,11 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
     ckpt = Checkpointer(os.path.join(run_dir, "checkpoints"))
     if ckpt.latest_step() is None:
         raise ValueError(f"{run_dir} has no checkpoint yet; train it first (jaxrl train ...).")
+    if step is not None and step not in ckpt.all_steps():
+        raise ValueError(
+            f"{run_dir} has no checkpoint at step {step}; its checkpoints are at steps "
+            f"{ckpt.all_steps()} (omit the step for the newest)."
+        )
     env_id, seed = config["env"], config["seed"]
     # Only the offline loop and the host loop write a phase; the fused loop is always online.
     phase = ckpt.meta(step).get("phase") or ("offline" if spec.offline else "online")

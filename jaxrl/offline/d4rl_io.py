@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxrl.offline.dataset import Dataset, DatasetError
+from jaxrl.offline.dataset import Dataset, DatasetError, as_column, as_flags
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
 """Keys a D4RL file must have (``timeouts``, ``next_observations``, ``infos/`` are optional)."""
@@ -87,19 +87,37 @@ def load_d4rl(
                 f"{path} lacks the D4RL key(s) {missing}; found {sorted(f.keys())}. A D4RL file "
                 f"needs {list(REQUIRED_KEYS)} (plus optional timeouts, next_observations)."
             )
+        groups = [k for k in REQUIRED_KEYS if hasattr(f[k], "keys")]
+        if groups:
+            raise DatasetError(
+                f"{path}: {groups} are HDF5 groups, not arrays; a D4RL file stores each of "
+                f"{list(REQUIRED_KEYS)} as one array with a row per transition (a Minari "
+                "dataset is read from its directory or as minari:ID instead)."
+            )
         data = {k: np.asarray(f[k]) for k in f if not hasattr(f[k], "keys")}
         infos = _read_group(f["infos"]) if "infos" in f else {}
         metadata = _read_group(f["metadata"]) if "metadata" in f else {}
+    scalars = [k for k in (*REQUIRED_KEYS, "timeouts", "next_observations") if k in data]
+    scalars = [k for k in scalars if data[k].ndim == 0]
+    if scalars:
+        raise DatasetError(
+            f"{path}: {scalars} hold a single value; every key must have one row per transition."
+        )
     n = len(data["rewards"])
+    if n == 0:
+        raise DatasetError(
+            f"{path}: the dataset is empty (0 transitions); collect data into it first "
+            "(`jaxrl dataset collect`)."
+        )
     for key in (*REQUIRED_KEYS, "timeouts", "next_observations"):
         if key in data and data[key].shape[:1] != (n,):
             raise DatasetError(
                 f"{path}: {key} has {data[key].shape[0] if data[key].ndim else 0} rows but rewards "
                 f"has {n}; every key must have one row per transition."
             )
-    terminals = data["terminals"].reshape(-1).astype(bool)
+    terminals = as_flags(data["terminals"], "terminals", path)
     if "timeouts" in data:
-        timeouts = data["timeouts"].reshape(-1).astype(bool)
+        timeouts = as_flags(data["timeouts"], "timeouts", path)
     else:
         timeouts = np.zeros(n, bool)
         if max_episode_steps:
@@ -127,7 +145,7 @@ def load_d4rl(
     return Dataset(
         observations=data["observations"][rows],
         actions=data["actions"][rows],
-        rewards=data["rewards"].reshape(-1)[rows],
+        rewards=as_column(data["rewards"], "rewards", path)[rows],
         next_observations=next_obs,
         terminals=terminals[rows],
         timeouts=timeouts[rows],

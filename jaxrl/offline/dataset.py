@@ -31,6 +31,72 @@ class DatasetError(ValueError):
     """A dataset cannot be used; the message names the problem and how to fix it."""
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def as_float32(value: Any, key: str, src: str) -> np.ndarray:
+    """``value`` as float32, refusing what the cast would silently mangle.
+
+    Raises:
+        DatasetError: a non-numeric or complex dtype (strings, objects, records), or finite
+            values beyond float32's range (the cast would turn them into inf).
+    """
+    array = np.asarray(value)
+    if array.dtype.kind not in "biuf":
+        raise DatasetError(
+            f"{src}: {key} has dtype {array.dtype}, not a real number type; store it as float32 "
+            "(e.g. np.asarray(x, np.float32)) when writing the dataset."
+        )
+    if array.dtype.kind == "f" and array.dtype.itemsize > 4 and array.size:
+        with np.errstate(invalid="ignore"):
+            big = np.isfinite(array) & (np.abs(array) > _FLOAT32_MAX)
+        if big.any():
+            rows = big.reshape(len(array), -1) if array.ndim else big.reshape(1, 1)
+            row = int(np.flatnonzero(rows.any(axis=1))[0])
+            raise DatasetError(
+                f"{src}: {key} has values beyond the float32 range (max {_FLOAT32_MAX:.3g}), "
+                f"first at row {row}; jaxrl trains in float32. Rescale or drop those transitions."
+            )
+    return array.astype(np.float32)
+
+
+def as_column(value: Any, key: str, src: str) -> np.ndarray:
+    """A per-transition array (``[N]`` or ``[N, 1]``) as ``[N]``.
+
+    Raises:
+        DatasetError: any other shape (a scalar, several values per transition).
+    """
+    array = np.asarray(value)
+    if array.ndim == 1 or (array.ndim == 2 and array.shape[1] == 1):
+        return array.reshape(-1)
+    raise DatasetError(
+        f"{src}: {key} has shape {array.shape}; expected [N] (one value per transition)."
+    )
+
+
+def as_flags(value: Any, key: str, src: str) -> np.ndarray:
+    """``terminals`` / ``timeouts`` (bool, or numbers 0 and 1) as ``[N]`` bool.
+
+    Raises:
+        DatasetError: another shape or dtype, or values other than 0 and 1 (NaN included).
+    """
+    array = as_column(value, key, src)
+    if array.dtype.kind not in "biuf":
+        raise DatasetError(
+            f"{src}: {key} has dtype {array.dtype}; store it as bool (or 0/1 numbers)."
+        )
+    if array.dtype.kind != "b":
+        with np.errstate(invalid="ignore"):
+            bad = (array != 0) & (array != 1)
+        if bad.any():
+            rows = np.flatnonzero(bad)
+            raise DatasetError(
+                f"{src}: {key} must be 0/1 (or bool) flags, but {rows.size} rows hold other "
+                f"values (first at row {rows[0]}: {array[rows[0]]!r}). Fix the file's {key}."
+            )
+    return array.astype(bool)
+
+
 @dataclasses.dataclass
 class Dataset:
     """Transitions of an offline dataset, in file order (episodes are contiguous).
@@ -62,12 +128,13 @@ class Dataset:
     source: str = "<memory>"
 
     def __post_init__(self) -> None:
-        self.observations = np.asarray(self.observations, np.float32)
-        self.actions = np.asarray(self.actions, np.float32)
-        self.rewards = np.asarray(self.rewards, np.float32).reshape(-1)
-        self.next_observations = np.asarray(self.next_observations, np.float32)
-        self.terminals = np.asarray(self.terminals).reshape(-1).astype(bool)
-        self.timeouts = np.asarray(self.timeouts).reshape(-1).astype(bool)
+        src = self.source
+        self.observations = as_float32(self.observations, "observations", src)
+        self.actions = as_float32(self.actions, "actions", src)
+        self.rewards = as_float32(as_column(self.rewards, "rewards", src), "rewards", src)
+        self.next_observations = as_float32(self.next_observations, "next_observations", src)
+        self.terminals = as_flags(self.terminals, "terminals", src)
+        self.timeouts = as_flags(self.timeouts, "timeouts", src)
         self._check()
 
     def __len__(self) -> int:

@@ -20,6 +20,11 @@ def _minari_data_path(spec: str) -> str:
             f"{spec} is a directory but not a Minari dataset (no metadata.json in it or in "
             f"{os.path.join(spec, 'data')})."
         )
+    if not spec.strip("/"):
+        raise DatasetError(
+            "minari: needs a dataset id, e.g. minari:mujoco/hopper/medium-v0 (a dataset under "
+            "MINARI_DATASETS_PATH), or pass the dataset directory."
+        )
     root = os.environ.get("MINARI_DATASETS_PATH") or os.path.join(
         os.path.expanduser("~"), ".minari", "datasets"
     )
@@ -50,9 +55,19 @@ def load_minari(spec: str, env_id: str | None = None) -> Dataset:
     except ImportError:  # pragma: no cover - minari is a dependency
         raise DatasetError("Reading Minari datasets needs the `minari` package.") from None
     path = _minari_data_path(spec)
-    ds = MinariDataset(path)
+    try:
+        ds = MinariDataset(path)
+        episodes = list(ds.iterate_episodes())
+    except DatasetError:
+        raise
+    except Exception as err:  # minari asserts, KeyErrors, JSON and HDF5 errors: a broken copy
+        raise DatasetError(
+            f"{path} is not a readable Minari dataset ({type(err).__name__}: {err}); the copy "
+            "is incomplete or corrupt (it needs metadata.json and its episode data). Copy or "
+            "create it again."
+        ) from None
     obs, acts, rews, nobs, terms, truncs = [], [], [], [], [], []
-    for ep in ds.iterate_episodes():
+    for ep in episodes:
         o = ep.observations
         if isinstance(o, dict):
             raise DatasetError(

@@ -98,11 +98,32 @@ def setup_offline(
         eval_env = make_env(env_id, episodes)
         obs_dim, low, high = eval_env.obs_dim, eval_env.action_low, eval_env.action_high
     dataset.validate_for_env(obs_dim, low, high, env_id)
+    check_batch_fits(spec, agent_config, dataset)
     obs = np.zeros(obs_dim, np.float32)
     act = np.zeros(dataset.action_dim, np.float32)
     agent = spec.agent.create(agent_config, obs, act, train_config.seed)
     agent, data = prepare_offline(spec, agent, dataset, low, high)
     return OfflineSetup(spec, agent, data, eval_env, dataset, train_config, agent_config)
+
+
+def check_batch_fits(spec: AgentSpec, agent_config: Any, dataset: Dataset) -> None:
+    """Refuse an offline agent's minibatch larger than its whole dataset.
+
+    Sampling would repeat rows in every minibatch, which is almost always a mistake (a tiny
+    file, or the batch size of another setup).
+
+    Raises:
+        ConfigError: ``batch_size`` exceeds the number of transitions.
+    """
+    from jaxrl.config import ConfigError
+
+    batch = getattr(agent_config, "batch_size", None)
+    if spec.kind == "offline" and batch is not None and batch > len(dataset):
+        raise ConfigError(
+            f"{type(agent_config).__name__}.batch_size ({batch}) is larger than the dataset "
+            f"{dataset.source} ({len(dataset)} transitions); set --batch-size to at most "
+            f"{len(dataset)}, or use a larger dataset."
+        )
 
 
 def _recorded(out: str | None, field: str) -> Any:
