@@ -7,6 +7,8 @@ and renames it only when complete, so a crash mid-write leaves the previous chec
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 from typing import Any
@@ -99,6 +101,13 @@ class Checkpointer:
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(_to_savable(state)), meta=ocp.args.JsonSave(meta)
         )
+        try:  # before anything is written: orbax would fail mid-save, in a background thread
+            json.dumps(meta)
+        except (TypeError, ValueError) as err:
+            raise CheckpointError(
+                f"Could not write the checkpoint of step {step}: its metadata is not JSON ({err}). "
+                f"Nothing was written; the newest complete checkpoint: step {self.latest_step()}."
+            ) from err
         # orbax logs a failed write's traceback through absl before raising; the error below
         # says what happened instead.
         absl = logging.getLogger("absl")
@@ -108,6 +117,8 @@ class Checkpointer:
             self._manager.save(step, args=args, force=True)
             self._manager.wait_until_finished()
         except Exception as err:  # a full disk surfaces as OSError or tensorstore's ValueError
+            with contextlib.suppress(Exception):  # writes still in flight end before the cleanup
+                self._manager.wait_until_finished()
             self._drop_partial(step)
             latest = self.latest_step()
             kept = f"step {latest}, intact" if latest is not None else "none yet"

@@ -112,6 +112,11 @@ def _config_file(spec: Any, argv: list[str]) -> tuple[list[str], Any]:
             data = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"--config {path}: cannot read it as JSON ({e}).") from None
+    if not isinstance(data, dict) or not isinstance(data.get("agent_config", {}), dict):
+        raise ValueError(
+            f"--config {path} must hold a JSON object: a run's config.json, a sweep's "
+            'best_config.json or {"field": value, ...}.'
+        )
     if data.get("agent") not in (None, spec.name):
         raise ValueError(
             f"--config {path} holds settings of {data['agent']!r}, not {spec.name!r}; use "

@@ -125,7 +125,7 @@ def parse_grid(specs: list[str], config_cls: type) -> dict[str, tuple]:
 
     Raises:
         ConfigError: a spec without ``=``, an unknown field (the known ones are listed), an
-            empty list, a repeated field or a value of the wrong type.
+            empty list, a repeated field or value, or a value of the wrong type.
     """
     fields = [f.name for f in dataclasses.fields(config_cls)]
     grid: dict[str, tuple] = {}
@@ -146,6 +146,11 @@ def parse_grid(specs: list[str], config_cls: type) -> dict[str, tuple]:
             raise ConfigError(f"--grid {name}= has no values; write e.g. {name}=V1,V2.")
         hint = _field_type(config_cls, name)
         grid[name] = tuple(_parse_value(v, hint, name) for v in items)
+        if len(set(map(repr, grid[name]))) < len(grid[name]):
+            raise ConfigError(
+                f"--grid {name}={values}: a value is repeated (the same setting would train "
+                "twice); list each value once, and use --seeds for repeats."
+            )
     return grid
 
 

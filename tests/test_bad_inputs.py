@@ -786,27 +786,15 @@ def test_bad_input(case: Case, ctx: Ctx, capsys):
         assert not os.path.exists(os.path.join(ctx.tmp, case.absent))
 
 
-# ---------------------------------------------- known gaps, in files this corpus may not change
+# ------------------------------------------- gaps the corpus found (fixed after it was written)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="jaxrl/cli.py _config_file calls data.get on a JSON list "
-    "(AttributeError traceback); it should refuse a file that is not an object",
-    raises=AttributeError,
-)
 def test_config_file_holding_a_list(ctx, capsys):
     with pytest.raises(SystemExit) as info:
         main(_config_file("[1, 2]")(ctx))
     assert info.value.code == 2 and "JSON object" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="jaxrl/loops/config.py prepare_run_dir json.loads the "
-    "existing config.json unguarded: the error is json's bare 'Expecting value'",
-    raises=AssertionError,
-)
 def test_resume_into_a_run_with_a_corrupt_config(ctx, capsys):
     argv = _corrupt_config(ctx)
     run = argv[1]
@@ -818,13 +806,6 @@ def test_resume_into_a_run_with_a_corrupt_config(ctx, capsys):
     assert "config.json" in err and "not readable JSON" in err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="jaxrl/loops/harness.py resume() skips checkpoints of another phase: an offline "
-    "checkpoint in an online agent's run directory is ignored and training starts over into the "
-    "directory (with a longer run, checkpoint retention then deletes the foreign checkpoint)",
-    raises=pytest.fail.Exception,
-)
 def test_resume_over_a_checkpoint_of_another_phase(ctx, capsys):
     run = ctx.copy_run("sac")
     shutil.rmtree(os.path.join(run, "checkpoints"))
@@ -835,23 +816,11 @@ def test_resume_over_a_checkpoint_of_another_phase(ctx, capsys):
     assert _snapshot(run) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="jaxrl/sweeps.py parse_grid keeps repeated values: "
-    "tau=0.1,0.1 trains the same setting twice",
-    raises=pytest.fail.Exception,
-)
 def test_sweep_grid_with_a_repeated_value():
     with pytest.raises(ConfigError, match="repeated"):
         _parse_grid("tau=0.1,0.1")(None)()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="jaxrl/envs/jax_envs.py reports an unknown option with "
-    "Python's TypeError text and does not list the env's options",
-    raises=AssertionError,
-)
 def test_jax_env_unknown_option_lists_the_options(ctx, capsys):
     with pytest.raises(SystemExit):
         main(_train("train", "sac", "--env", "jax:pendulum?gravity_x=3")(ctx))

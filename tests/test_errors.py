@@ -303,8 +303,11 @@ def test_corrupt_newest_checkpoint(two_checkpoints):
 def test_failed_save_keeps_last_good_checkpoint(two_checkpoints):
     ckpt, directory = two_checkpoints
     # The array state is written first; the metadata then fails to serialize mid-save.
-    with pytest.raises(TypeError):
+    with pytest.raises(
+        CheckpointError, match="Could not write the checkpoint of step 3.*not JSON.*step 2"
+    ):
         ckpt.save(3, _tree(3), {"step": 3, "unserializable": object()})
+    assert not [p for p in os.listdir(directory) if "tmp" in p]  # the partial write is removed
     for c in (ckpt, Checkpointer(directory)):
         assert c.latest_step() == 2
         assert c.all_steps() == [1, 2]

@@ -286,7 +286,13 @@ def make_core(env_id: str) -> tuple[Any, dict[str, Any]]:
         try:
             return CLASSIC_ENVS[name](**options), loop_options
         except TypeError as err:
-            raise EnvError(f"Environment {env_id!r}: bad option ({err}).") from None
+            import inspect
+
+            own = list(inspect.signature(CLASSIC_ENVS[name]).parameters)
+            raise EnvError(
+                f"Environment {env_id!r}: bad option ({err}). jax:{name} takes "
+                f"{', '.join(own + list(loop_keys)) or 'no options'}."
+            ) from None
     raise EnvError(
         f"Environment {env_id!r} is not a JAX env id; use 'brax:NAME' (one of "
         f"{', '.join(BRAX_ENVS)}) or 'jax:NAME'."

@@ -129,8 +129,16 @@ def prepare_run_dir(out: str, config: dict[str, Any]) -> None:
     path = os.path.join(out, "config.json")
     config = json.loads(json.dumps(config))  # tuples -> lists, as they are stored
     if os.path.exists(path):
-        with open(path) as f:
-            old = json.load(f)
+        try:
+            with open(path) as f:
+                old = json.load(f)
+        except (OSError, json.JSONDecodeError) as err:
+            raise ValueError(
+                f"{path} is not readable JSON ({err}), so {out} cannot be resumed safely. Restore "
+                "the file (it records the run's settings) or use a new --out directory."
+            ) from None
+        if not isinstance(old, dict):
+            raise ValueError(f"{path} does not hold a run's settings; use a new --out directory.")
         # Budgets may grow (resume a finished run for longer; fine-tune an offline run online).
         ignore = {"total_steps", "online_steps", "offline_ratio", "online_lr_schedule"}
         ignore |= {"progress", "out"}

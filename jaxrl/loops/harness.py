@@ -281,6 +281,15 @@ class Harness:
                     "anew."
                 )
             phase = self.ckpts[0].meta(latest[0]).get("phase") or legacy_phase or self.phase
+            if phase != self.phase and not self.step_offset and self.phase == "online":
+                # Not an offline-to-online run's online phase: a foreign checkpoint, which
+                # training over it would evict.
+                raise ValueError(
+                    f"{self.outs[0]}/checkpoints holds checkpoints of an {phase} phase (step "
+                    f"{latest[0]}), not of this online run. Use a new --out directory, or "
+                    f"`jaxrl finetune {self.outs[0]} --online-steps N` to continue an offline "
+                    "run online."
+                )
             if phase == self.phase:
                 template = jax.tree.map(lambda x: x[0], state) if self.stacked else state
                 restored, metas = zip(*(c.restore(template) for c in self.ckpts), strict=True)
