@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl.envs.jax_envs import BraxCore, VecEnv, make_jax_env
-from jaxrl.envs.randomization import Ranges, randomize
+from jaxrl.envs import EnvError
+from jaxrl.envs.jax_envs import BraxCore, VecEnv, make_core, make_jax_env, parse_env_id
+from jaxrl.envs.randomization import Ranges, randomize, ranges_from_options
 from jaxrl.loops.harness import strongly_typed
 
 
@@ -97,3 +98,129 @@ def test_pushes_kick_the_root_at_the_drawn_intervals(core):
     assert (np.abs(b[4] - a[4]) > 1e-3).all()
     with pytest.raises(ValueError, match="interval >= 1 step"):
         Pushes(plain, interval=(0, 3))
+
+
+# Ranges stated in the env id, and motor strength.
+
+_MIXED_XML = """
+<mujoco>
+  <worldbody>
+    <body name="torso">
+      <joint name="a" type="hinge"/>
+      <geom size="0.1" mass="1"/>
+      <body pos="0 0 0.3">
+        <joint name="b" type="hinge"/>
+        <geom size="0.1" mass="1"/>
+      </body>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor joint="a" gear="50"/>
+    <position joint="b" kp="20" kv="2"/>
+    <motor joint="b" gear="10"/>
+  </actuator>
+</mujoco>
+"""
+
+_ONLY = {f: None for f in ("friction", "mass_scale", "torso_mass_add", "com_offset")}
+_ONLY |= {"armature_scale": None, "gain_scale": None}
+"""Every default range off: ``Ranges(**_ONLY, motor_strength=...)`` varies one thing."""
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    """An MJX model with two motors (actuators 0 and 2) and a position servo (actuator 1)."""
+    import mujoco
+    from mujoco import mjx
+
+    return mjx.put_model(mujoco.MjModel.from_xml_string(_MIXED_XML))
+
+
+def test_motor_strength_follows_its_range_and_leaves_position_actuators(mixed):
+    assert list(np.asarray(mixed.actuator_biastype)) == [0, 1, 0]
+    ranges = Ranges(**_ONLY, motor_strength=(0.4, 1.6))
+    models = jax.jit(jax.vmap(lambda k: randomize(mixed, k, ranges)))(
+        jax.random.split(jax.random.key(0), 2000)
+    )
+    gain, base = np.asarray(models.actuator_gainprm), np.asarray(mixed.actuator_gainprm)
+    factor = gain[:, [0, 2], 0] / base[[0, 2], 0]
+    assert factor.min() >= 0.4 - 1e-6 and factor.max() <= 1.6 + 1e-6
+    assert factor.min() < 0.42 and factor.max() > 1.58  # the whole range is used
+    assert abs(np.corrcoef(factor.T)[0, 1]) < 0.1  # each motor draws its own factor
+    # The position servo keeps its Kp and Kd; the rest of every gain/bias row is untouched.
+    np.testing.assert_array_equal(gain[:, 1], np.broadcast_to(base[1], gain[:, 1].shape))
+    np.testing.assert_array_equal(
+        gain[:, :, 1:], np.broadcast_to(base[:, 1:], gain[:, :, 1:].shape)
+    )
+    bias = np.asarray(models.actuator_biasprm)
+    np.testing.assert_array_equal(bias, np.broadcast_to(mixed.actuator_biasprm, bias.shape))
+    # And gain_scale moves only the servo: each field owns its kind of actuator.
+    servo = jax.vmap(lambda k: randomize(mixed, k, Ranges(**{**_ONLY, "gain_scale": (2.0, 3.0)})))(
+        jax.random.split(jax.random.key(1), 50)
+    )
+    kp = np.asarray(servo.actuator_gainprm[:, :, 0]) / base[:, 0]
+    assert (kp[:, 1] >= 2.0 - 1e-6).all() and (kp[:, [0, 2]] == 1.0).all()
+    assert Ranges().motor_strength is None  # off by default (Playground's ranges)
+
+
+def test_the_simulator_feels_the_motor_strength(core):
+    """Half the strength with action a moves the pendulum exactly as full strength with a / 2."""
+    key = jax.random.key(4)
+    (_, start), _ = core.reset(key)
+    full = core.env.sys
+    half = randomize(full, key, Ranges(**_ONLY, motor_strength=(0.5, 0.5)))
+    np.testing.assert_allclose(half.actuator_gainprm[0, 0], 0.5 * full.actuator_gainprm[0, 0])
+
+    @jax.jit
+    def run(model, action):  # the step reads the model from the state: one program for all
+        def body(s, _):
+            s, obs, _, _ = core.step(s, action)
+            return s, obs
+
+        return jax.lax.scan(body, (model, start), None, length=5)[1]
+
+    a = jnp.array([0.8])
+    obs_weak, obs_half, obs_full = run(half, a), run(full, a / 2), run(full, a)
+    np.testing.assert_allclose(obs_weak, obs_half, rtol=1e-5, atol=1e-6)
+    assert np.abs(np.asarray(obs_weak - obs_full)).max() > 1e-3
+
+
+def test_ranges_stated_in_the_env_id():
+    def ranges(query):
+        options = parse_env_id(f"brax:inverted_pendulum?{query}")[2]
+        return ranges_from_options(options), options
+
+    # randomize=true starts from the defaults; a stated field replaces its default, none drops it.
+    got, rest = ranges("randomize=true&mass_scale=0.5:2&friction=none&episode_length=10")
+    assert got == Ranges(mass_scale=(0.5, 2.0), friction=None)
+    assert rest == {"episode_length": 10}  # the other options are left for the env
+    # A range alone turns randomization on; K is the fixed value K:K.
+    got, _ = ranges("motor_strength=0.4&damping_scale=1:3")
+    assert got == Ranges(motor_strength=(0.4, 0.4), damping_scale=(1.0, 3.0))
+    assert ranges("randomize=true")[0] == Ranges()
+    assert ranges("")[0] is None and ranges("randomize=false")[0] is None
+    # make_core hands them to BraxCore.
+    core = make_core("brax:inverted_pendulum?mass_scale=0.5:2&friction=none")[0]
+    assert core.ranges == Ranges(mass_scale=(0.5, 2.0), friction=None)
+    with pytest.raises(EnvError, match="takes a jaxrl.envs.randomization.Ranges"):
+        BraxCore("inverted_pendulum", randomize="mass_scale=1:2")
+
+
+@pytest.mark.parametrize(
+    ("query", "match"),
+    [
+        ("mass_scale=abc", "mass_scale=abc is not a range; write mass_scale=LOW:HIGH"),
+        ("mass_scale=0.5:", "is not a range"),
+        ("mass_scale=true", "is not a range"),
+        ("mass_scale=1:inf", "is not a range"),
+        ("mass_scale=2:0.5", r"low <= high, got \(2.0, 0.5\)"),
+        ("motor_strength=-1:1", "must be >= 0"),
+        ("randomize=false&mass_scale=1:2", "randomize=false, yet ranges are stated"),
+        ("randomize=yes", "randomize=yes must be true or false"),
+        ("mass_scal=1:2", r"Did you mean mass_scale \(not mass_scal\)"),
+        ("backend=positional&motor_strength=1:2", "supports the mjx backend"),
+    ],
+)
+def test_bad_ranges_in_the_env_id_name_the_problem(query, match):
+    with pytest.raises(EnvError, match=match):
+        make_core(f"brax:inverted_pendulum?{query}")

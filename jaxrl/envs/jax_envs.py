@@ -141,13 +141,20 @@ class BraxCore:
 
     With ``randomize`` (``jaxrl.envs.randomization.Ranges``, or True for the default ranges)
     the simulator state is ``(model, brax_state)``: every reset draws a new model, so each
-    episode runs on its own physics inside the same compiled program.
+    episode runs on its own physics inside the same compiled program. In an env id the ranges
+    are options: ``brax:NAME?randomize=true`` for the defaults, and any ``Ranges`` field as
+    ``FIELD=LOW:HIGH`` / ``FIELD=K`` / ``FIELD=none`` to override it (which also turns
+    randomization on), e.g. ``brax:inverted_pendulum?mass_scale=0.5:2&friction=none``.
 
     Args:
         name: a Brax env name, e.g. ``"ant"``.
         backend: ``"mjx"`` (default), ``"generalized"``, ``"positional"`` or ``"spring"``.
-        randomize: domain randomization ranges (mjx backend only), True for the defaults.
+        randomize: domain randomization ranges (mjx backend only), True for the defaults,
+            None or False for none.
         **kwargs: passed to ``brax.envs.get_environment`` (e.g. ``terminate_when_unhealthy``).
+
+    Raises:
+        EnvError: ``randomize`` is not a ``Ranges``/bool/None, or the backend is not mjx.
     """
 
     episode_length = 1000
@@ -163,6 +170,11 @@ class BraxCore:
         self.env = envs.get_environment(name, backend=backend, **kwargs)
         self.observation_size = self.env.observation_size
         self.action_size = self.env.action_size
+        if not (randomize is None or isinstance(randomize, bool | Ranges)):
+            raise EnvError(
+                f"BraxCore(randomize=...) takes a jaxrl.envs.randomization.Ranges, True (the "
+                f"default ranges) or None, not {randomize!r}."
+            )
         self.ranges = Ranges() if randomize is True else (randomize or None)
         if self.ranges is not None and backend != "mjx":
             raise EnvError(
@@ -267,16 +279,24 @@ def make_core(env_id: str) -> tuple[Any, dict[str, Any]]:
     if kind == "brax":
         if name not in BRAX_ENVS:
             raise _unknown("brax", name, BRAX_ENVS)
+        from jaxrl.envs.randomization import close_field, field_names, ranges_from_options
+
         backend = options.pop("backend", "mjx")
         if backend not in BRAX_BACKENDS:
             raise EnvError(
                 f"Environment {env_id!r}: unknown Brax backend {backend!r}; use one of "
                 f"{', '.join(BRAX_BACKENDS)} (e.g. brax:{name}?backend=positional)."
             )
+        ranges = ranges_from_options(options, env_id)
         try:
-            core = BraxCore(name, backend, **options)
+            core = BraxCore(name, backend, randomize=ranges, **options)
         except TypeError as err:
-            raise EnvError(f"Environment {env_id!r}: bad option ({err}).") from None
+            hints = [f"{close_field(k)} (not {k})" for k in options if close_field(k)]
+            hint = f" Did you mean {', '.join(hints)}?" if hints else ""
+            raise EnvError(
+                f"Environment {env_id!r}: bad option ({err}).{hint} Randomization options: "
+                f"randomize, {', '.join(field_names())}."
+            ) from None
         return core, loop_options
     if kind == "jax":
         from jaxrl.envs.classic import CLASSIC_ENVS

@@ -15,13 +15,21 @@ Default ranges are those MuJoCo Playground's Go1 joystick task uses, applied to 
 friction ``U(0.4, 1.0)``, link masses ``x U(0.9, 1.1)``, torso mass ``+ U(-1, 1)`` kg, torso
 centre of mass ``+ U(-0.05, 0.05)`` m per axis, armature ``x U(1, 1.05)``, and the gains of
 position actuators (Kp, Kd) ``x U(0.9, 1.1)``; motors, which have no such gains (Ant,
-HalfCheetah), keep theirs. ``qpos0`` offsets and damping scales are available and off by
-default.
+HalfCheetah), keep theirs. ``qpos0`` offsets, damping scales and the strength of motors
+(``motor_strength``) are available and off by default.
+
+Ranges can be stated in the env id: every field of ``Ranges`` is an option with the value
+``LOW:HIGH`` (a uniform draw), ``K`` (the fixed value ``K:K``) or ``none`` (not randomized),
+overriding the default of that field, e.g.
+``brax:inverted_pendulum?mass_scale=0.5:2&motor_strength=0.7:1.3&friction=none``. Such an option
+turns randomization on without ``randomize=true`` (see ``ranges_from_options``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
 from typing import Any
 
 import jax
@@ -45,6 +53,10 @@ class Ranges:
             independently for Kp and Kd of each actuator.
         qpos0_offset: added to the joints' reference positions (free-joint coordinates
             excluded).
+        motor_strength: factor on the gain of every motor actuator (no bias, MuJoCo
+            ``biastype`` none: force = gain x gear x ctrl), drawn independently per actuator.
+            Position actuators are scaled by ``gain_scale`` instead. Off by default, as in
+            Playground's Go1 ranges (its actuators are position servos).
     """
 
     friction: Range = (0.4, 1.0)
@@ -55,12 +67,110 @@ class Ranges:
     damping_scale: Range = None
     gain_scale: Range = (0.9, 1.1)
     qpos0_offset: Range = None
+    motor_strength: Range = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             r = getattr(self, f.name)
             if r is not None and not (len(r) == 2 and r[0] <= r[1]):
                 raise ValueError(f"Ranges.{f.name} must be (low, high) with low <= high, got {r}.")
+            if r is not None and f.name in _NONNEGATIVE and r[0] < 0:
+                raise ValueError(
+                    f"Ranges.{f.name} is a factor or a friction and must be >= 0, got {r}; "
+                    f"state a range such as (0.5, 1.5)."
+                )
+
+
+_NONNEGATIVE = (
+    "friction",
+    "mass_scale",
+    "armature_scale",
+    "damping_scale",
+    "gain_scale",
+    "motor_strength",
+)
+"""Fields whose values multiply a physical quantity (or are one) that must stay >= 0."""
+
+
+def field_names() -> tuple[str, ...]:
+    """The names of ``Ranges``' fields, which are also env-id options."""
+    return tuple(f.name for f in dataclasses.fields(Ranges))
+
+
+def _parse_range(name: str, value: Any, env_id: str) -> Range:
+    """An env-id option value (``LOW:HIGH``, ``K`` or ``none``) as a range."""
+    from jaxrl.envs.gym import EnvError
+
+    if isinstance(value, str) and value.strip().lower() == "none":
+        return None
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        if isinstance(value, int | float):
+            low = high = float(value)
+        else:
+            low_text, colon, high_text = str(value).partition(":")
+            if not colon:
+                raise ValueError
+            low, high = float(low_text), float(high_text)
+        if not (math.isfinite(low) and math.isfinite(high)):
+            raise ValueError
+    except ValueError:
+        raise EnvError(
+            f"Environment {env_id!r}: {name}={value} is not a range; write {name}=LOW:HIGH "
+            f"(e.g. {name}=0.5:1.5), {name}=K for a fixed value, or {name}=none to switch it off."
+        ) from None
+    return (low, high)
+
+
+def ranges_from_options(options: dict[str, Any], env_id: str = "") -> Ranges | None:
+    """Take ``randomize`` and the ``Ranges`` fields out of an env id's ``options``.
+
+    ``randomize=true`` starts from the default ``Ranges()``; each field stated as an option
+    (``mass_scale=0.5:2``, ``friction=none``) replaces that field's default, and stating one
+    turns randomization on by itself. The options used are removed from ``options``.
+
+    Args:
+        options: the parsed options of the id (``parse_env_id``); modified in place.
+        env_id: the id, for error messages.
+
+    Returns:
+        The ranges, or None when the id asks for no randomization.
+
+    Raises:
+        EnvError: ``randomize`` is not true/false, a range is malformed or invalid (low > high,
+            a negative factor), or ``randomize=false`` is combined with stated ranges.
+    """
+    from jaxrl.envs.gym import EnvError
+
+    switch = options.pop("randomize", None)
+    if switch is not None and not isinstance(switch, bool):
+        raise EnvError(
+            f"Environment {env_id!r}: randomize={switch} must be true or false "
+            "(e.g. randomize=true for the default ranges)."
+        )
+    stated = {
+        name: _parse_range(name, options.pop(name), env_id)
+        for name in field_names()
+        if name in options
+    }
+    if switch is False and stated:
+        raise EnvError(
+            f"Environment {env_id!r}: randomize=false, yet ranges are stated "
+            f"({', '.join(stated)}); drop randomize=false to randomize with them, or drop them."
+        )
+    if not switch and not stated:
+        return None
+    try:
+        return Ranges(**stated)
+    except ValueError as err:
+        raise EnvError(f"Environment {env_id!r}: {err}") from None
+
+
+def close_field(option: str) -> str | None:
+    """The ``Ranges`` field an unknown option was probably meant to be, if any (a hint)."""
+    close = difflib.get_close_matches(option, field_names(), n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def _u(key: jax.Array, r: tuple[float, float], shape: tuple[int, ...]) -> jax.Array:
@@ -95,15 +205,24 @@ def randomize(model: Any, key: jax.Array, ranges: Ranges) -> Any:
     if ranges.damping_scale is not None:
         damping = jnp.asarray(model.dof_damping)
         new["dof_damping"] = damping * _u(next(keys), ranges.damping_scale, damping.shape)
+    gain = jnp.asarray(model.actuator_gainprm)
+    n = gain.shape[0]
     if ranges.gain_scale is not None:
-        gain, bias = jnp.asarray(model.actuator_gainprm), jnp.asarray(model.actuator_biasprm)
-        n = gain.shape[0]
+        bias = jnp.asarray(model.actuator_biasprm)
         # Position actuators: force = Kp * ctrl - Kp * q - Kd * qdot (gainprm[0], biasprm[1:3]).
         position = jnp.asarray(model.actuator_biastype) == 1
         kp = jnp.where(position, _u(next(keys), ranges.gain_scale, (n,)), 1.0)
         kd = jnp.where(position, _u(next(keys), ranges.gain_scale, (n,)), 1.0)
-        new["actuator_gainprm"] = gain.at[:, 0].multiply(kp)
+        gain = gain.at[:, 0].multiply(kp)
+        new["actuator_gainprm"] = gain
         new["actuator_biasprm"] = bias.at[:, 1].multiply(kp).at[:, 2].multiply(kd)
+    if ranges.motor_strength is not None:
+        # Motors (biastype none): force = gainprm[0] * gear * ctrl. A key of its own, so the
+        # other fields draw what they drew before this field existed.
+        motor = jnp.asarray(model.actuator_biastype) == 0
+        k_motor = jax.random.fold_in(key, 1_000_003)
+        strength = jnp.where(motor, _u(k_motor, ranges.motor_strength, (n,)), 1.0)
+        new["actuator_gainprm"] = gain.at[:, 0].multiply(strength)
     if ranges.qpos0_offset is not None:
         qpos0 = jnp.asarray(model.qpos0)
         free = jnp.arange(qpos0.shape[0]) < _free_coordinates(model)
@@ -127,4 +246,12 @@ def summary(model: Any) -> dict[str, jax.Array]:
     }
 
 
-__all__ = ["Range", "Ranges", "randomize", "summary"]
+__all__ = [
+    "Range",
+    "Ranges",
+    "close_field",
+    "field_names",
+    "randomize",
+    "ranges_from_options",
+    "summary",
+]
