@@ -3,6 +3,8 @@ the stated ranges (Brax inverted_pendulum on the MJX backend)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -71,9 +73,32 @@ def test_physics_change_between_episodes_of_one_slot_without_recompiling(core):
     assert torso[0, 0] != torso[0, 1]  # and the slots draw independently
 
 
-def test_randomization_needs_the_mjx_backend():
-    with pytest.raises(ValueError, match="supports the mjx backend"):
+def test_randomization_on_other_backends_writes_their_copies():
+    # positional and spring do not simulate armature or damping: the defaults are refused.
+    with pytest.raises(ValueError, match="positional backend does not simulate armature_scale"):
         make_jax_env("brax:inverted_pendulum?backend=positional&randomize=true", 1)
+    from jaxrl.envs.randomization import Ranges, randomize
+
+    core = BraxCore("inverted_pendulum", "generalized", randomize=True)
+    ranges = dataclasses.replace(
+        Ranges(), damping_scale=(0.5, 2.0), qpos0_offset=(-0.1, 0.1), motor_strength=(0.5, 2.0)
+    )
+    sys = randomize(core.env.sys, jax.random.key(3), ranges)
+    # Brax's own copies (what generalized/positional/spring read) follow the MuJoCo fields.
+    np.testing.assert_allclose(sys.link.inertia.mass, sys.body_mass[1:])
+    np.testing.assert_allclose(sys.link.inertia.transform.pos, sys.body_ipos[1:])
+    np.testing.assert_allclose(sys.dof.armature, sys.dof_armature)
+    np.testing.assert_allclose(sys.dof.damping, sys.dof_damping)
+    np.testing.assert_allclose(sys.actuator.gain, sys.actuator_gainprm[:, 0])
+    np.testing.assert_allclose(sys.init_q, sys.qpos0)  # the reset pose moves with qpos0
+    assert not np.allclose(sys.link.inertia.mass, core.env.sys.link.inertia.mass)
+    assert not np.allclose(sys.actuator.gain, core.env.sys.actuator.gain)
+    # A positional env steps on a drawn model, and the drawn mass changes what it does.
+    env = BraxCore("inverted_pendulum", "positional", randomize=dataclasses.replace(
+        Ranges(), armature_scale=None, mass_scale=(0.2, 5.0)))  # fmt: skip
+    state, _ = jax.jit(env.reset)(jax.random.key(0))
+    (model, inner), *_ = jax.jit(env.step)(state, jnp.ones(1))
+    assert not np.allclose(model.link.inertia.mass, env.env.sys.link.inertia.mass)
 
 
 def test_pushes_kick_the_root_at_the_drawn_intervals(core):
@@ -218,7 +243,7 @@ def test_ranges_stated_in_the_env_id():
         ("randomize=false&mass_scale=1:2", "randomize=false, yet ranges are stated"),
         ("randomize=yes", "randomize=yes must be true or false"),
         ("mass_scal=1:2", r"Did you mean mass_scale \(not mass_scal\)"),
-        ("backend=positional&motor_strength=1:2", "supports the mjx backend"),
+        ("backend=spring&motor_strength=1:2", "spring backend does not simulate armature_scale"),
     ],
 )
 def test_bad_ranges_in_the_env_id_name_the_problem(query, match):

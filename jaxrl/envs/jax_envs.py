@@ -149,12 +149,14 @@ class BraxCore:
     Args:
         name: a Brax env name, e.g. ``"ant"``.
         backend: ``"mjx"`` (default), ``"generalized"``, ``"positional"`` or ``"spring"``.
-        randomize: domain randomization ranges (mjx backend only), True for the defaults,
+        randomize: domain randomization ranges (every backend maps them, see
+            ``randomization.BACKEND_UNSUPPORTED``), True for the defaults,
             None or False for none.
         **kwargs: passed to ``brax.envs.get_environment`` (e.g. ``terminate_when_unhealthy``).
 
     Raises:
-        EnvError: ``randomize`` is not a ``Ranges``/bool/None, or the backend is not mjx.
+        EnvError: ``randomize`` is not a ``Ranges``/bool/None, or it sets a parameter the
+            backend does not simulate.
     """
 
     episode_length = 1000
@@ -176,11 +178,13 @@ class BraxCore:
                 f"default ranges) or None, not {randomize!r}."
             )
         self.ranges = Ranges() if randomize is True else (randomize or None)
-        if self.ranges is not None and backend != "mjx":
-            raise EnvError(
-                f"Domain randomization supports the mjx backend (it sets MuJoCo model fields), "
-                f"not {backend!r}; use brax:{name}?backend=mjx&randomize=true."
-            )
+        if self.ranges is not None:
+            from jaxrl.envs.randomization import check_backend
+
+            try:
+                check_backend(self.ranges, backend, name)
+            except ValueError as err:
+                raise EnvError(str(err)) from None
 
     def _with(self, model: Any) -> Any:
         """The Brax env stepping ``model``: a shallow copy, so no traced model outlives a trace."""

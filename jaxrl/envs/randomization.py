@@ -7,9 +7,21 @@ auto-resets inside the fused loop's compiled program, calls ``randomize(model, k
 fresh key, so consecutive episodes of one env slot run on different physics without
 recompiling, and the drawn values are in the env state (checkpointed with it).
 
-Supported backend: ``mjx`` (it reads the MuJoCo model fields randomized here). Brax's
-``generalized``, ``positional`` and ``spring`` pipelines read their own copies of these
-quantities (``sys.link``, ``sys.dof``, ``sys.actuator``) and are refused with a clear error.
+Backends. MJX reads the MuJoCo model fields; Brax's ``generalized``, ``positional`` and
+``spring`` pipelines read their own copies, which ``randomize`` writes too (``_brax_copies``):
+
+| parameter | mjx | generalized | positional, spring |
+|---|---|---|---|
+| friction | ``geom_friction`` | contacts (``geom_friction``) | contacts (``geom_friction``) |
+| masses, torso mass | ``body_mass`` | ``link.inertia.mass`` | ``link.inertia.mass`` |
+| torso CoM | ``body_ipos`` | ``link.inertia.transform.pos`` | same |
+| armature | ``dof_armature`` | ``dof.armature`` | not read (refused) |
+| damping | ``dof_damping`` | ``dof.damping`` | not read (refused) |
+| Kp/Kd, motor strength | ``actuator_gainprm/biasprm`` | ``actuator.gain/bias_q/bias_qd`` | same |
+| qpos0 | ``qpos0`` and ``init_q`` | ``init_q`` (and ``qpos0``) | same |
+
+The reset pose of Brax's envs is ``sys.init_q``, so a ``qpos0`` offset moves it on every backend.
+``BACKEND_UNSUPPORTED`` lists what a backend does not read; ``check_backend`` refuses it.
 
 Default ranges are those MuJoCo Playground's Go1 joystick task uses, applied to any model:
 friction ``U(0.4, 1.0)``, link masses ``x U(0.9, 1.1)``, torso mass ``+ U(-1, 1)`` kg, torso
@@ -177,6 +189,33 @@ def _u(key: jax.Array, r: tuple[float, float], shape: tuple[int, ...]) -> jax.Ar
     return jax.random.uniform(key, shape, jnp.float32, r[0], r[1])
 
 
+BACKEND_UNSUPPORTED = {
+    "mjx": (),
+    "generalized": (),
+    "positional": ("armature_scale", "damping_scale"),
+    "spring": ("armature_scale", "damping_scale"),
+}
+"""The ``Ranges`` fields each Brax backend's pipeline does not read."""
+
+
+def check_backend(ranges: Ranges, backend: str, env_name: str = "NAME") -> None:
+    """Refuse ``ranges`` that set a parameter ``backend`` does not simulate.
+
+    Raises:
+        ValueError: naming the fields, the backends that read them, and how to switch them off.
+    """
+    bad = [f for f in BACKEND_UNSUPPORTED.get(backend, ()) if getattr(ranges, f) is not None]
+    if backend not in BACKEND_UNSUPPORTED:
+        raise ValueError(f"Domain randomization: unknown Brax backend {backend!r}.")
+    if bad:
+        off = "&".join(f"{f}=none" for f in bad)
+        raise ValueError(
+            f"Domain randomization: the {backend} backend does not simulate "
+            f"{', '.join(bad)} (only mjx and generalized read them); use "
+            f"brax:{env_name}?backend={backend}&randomize=true&{off}, or backend=mjx."
+        )
+
+
 def randomize(model: Any, key: jax.Array, ranges: Ranges) -> Any:
     """A copy of the MuJoCo/MJX ``model`` (a Brax ``System``) with parameters drawn in ``ranges``.
 
@@ -228,7 +267,44 @@ def randomize(model: Any, key: jax.Array, ranges: Ranges) -> Any:
         free = jnp.arange(qpos0.shape[0]) < _free_coordinates(model)
         offset = _u(next(keys), ranges.qpos0_offset, qpos0.shape)
         new["qpos0"] = qpos0 + jnp.where(free, 0.0, offset)
-    return model.replace(**new)
+    return model.replace(**new, **_brax_copies(model, new))
+
+
+def _brax_copies(model: Any, new: dict[str, Any]) -> dict[str, Any]:
+    """Brax's own copies of the MuJoCo fields in ``new`` (what its non-MJX pipelines read).
+
+    ``link`` holds the bodies after the world body, ``dof`` the joints' dofs, ``actuator`` the
+    joint actuators (``bias_q``/``bias_qd`` are zero for motors), ``init_q`` the reset pose.
+    A plain MJX model (no Brax ``System``) has none of them.
+    """
+    if not hasattr(model, "link"):
+        return {}
+    out: dict[str, Any] = {}
+    link = model.link
+    if "body_mass" in new:
+        link = link.replace(inertia=link.inertia.replace(mass=new["body_mass"][1:]))
+    if "body_ipos" in new:
+        frame = link.inertia.transform.replace(pos=new["body_ipos"][1:])
+        link = link.replace(inertia=link.inertia.replace(transform=frame))
+    out["link"] = link
+    dof = model.dof
+    if "dof_armature" in new:
+        dof = dof.replace(armature=new["dof_armature"])
+    if "dof_damping" in new:
+        dof = dof.replace(damping=new["dof_damping"])
+    out["dof"] = dof
+    act = model.actuator
+    if act.gain.shape[0] == new.get("actuator_gainprm", model.actuator_gainprm).shape[0]:
+        if "actuator_gainprm" in new:
+            act = act.replace(gain=new["actuator_gainprm"][:, 0])
+        if "actuator_biasprm" in new:
+            servo = jnp.asarray(model.actuator_biastype) != 0
+            bias = new["actuator_biasprm"]
+            act = act.replace(bias_q=bias[:, 1] * servo, bias_qd=bias[:, 2] * servo)
+    out["actuator"] = act
+    if "qpos0" in new:
+        out["init_q"] = jnp.asarray(model.init_q) + new["qpos0"] - jnp.asarray(model.qpos0)
+    return out
 
 
 def _free_coordinates(model: Any) -> int:
@@ -247,8 +323,10 @@ def summary(model: Any) -> dict[str, jax.Array]:
 
 
 __all__ = [
+    "BACKEND_UNSUPPORTED",
     "Range",
     "Ranges",
+    "check_backend",
     "close_field",
     "field_names",
     "randomize",
