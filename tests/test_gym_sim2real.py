@@ -142,7 +142,8 @@ def test_env_id_options_build_the_wrappers_in_the_jax_order():
 @pytest.mark.parametrize(
     "query, message",
     [
-        ("push_speed=0.5:1", "Brax envs only"),
+        ("privileged=true", "exists for JAX envs"),
+        ("push_speed=fast", "use LOW:HIGH in m/s"),
         ("obs_nois=0.1", "unknown option.*obs_nois.*Did you mean obs_noise.*obs_history"),
         ("decimation=abc", "decimation='abc': use a whole number"),
         ("obs_history=true", "obs_history=True: use a whole number"),
@@ -316,3 +317,22 @@ def test_host_loop_resume_with_wrappers_is_bit_identical(tmp_path, monkeypatch):
     assert _metrics(killed) == want
     config = json.load(open(full / "config.json"))
     assert env_id in json.dumps(config)
+
+
+def test_pushes_kick_the_mujoco_root_at_the_drawn_steps():
+    from jaxrl.envs.gym_sim2real import Pushes
+
+    pushed = Pushes(gym.make("InvertedPendulum-v5"), speed=(1.0, 1.0), interval=(3, 3))
+    plain = gym.make("InvertedPendulum-v5")
+    a, _ = pushed.reset(seed=0)
+    b, _ = plain.reset(seed=0)
+    np.testing.assert_array_equal(a, b)
+    zero = np.zeros(1, np.float32)
+    for t in range(1, 4):
+        a, b = pushed.step(zero)[0], plain.step(zero)[0]
+        assert np.array_equal(a, b) == (t < 3), t  # the first push lands on step 3
+    assert np.linalg.norm(pushed.dv) == pytest.approx(1.0)  # a 1 m/s kick, spread over 1 step
+    state = pushed.get_state()
+    assert state["countdown"] == 3 and state["remaining"] == 0
+    with pytest.raises(ValueError, match="MuJoCo"):
+        Pushes(gym.make("Pendulum-v1"))

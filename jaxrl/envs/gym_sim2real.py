@@ -21,8 +21,8 @@ import numpy as np
 
 from jaxrl.envs.sim2real import OPTIONS, _steps_option, steps_range
 
-HOST_OPTIONS = tuple(name for name in OPTIONS if name != "push_speed")
-"""Env-id options of host envs: every sim-to-real option but ``push_speed`` (Brax only)."""
+HOST_OPTIONS = tuple(name for name in OPTIONS if name != "privileged")
+"""Env-id options of host envs: every sim-to-real option but ``privileged`` (JAX envs only)."""
 
 
 def _encode(array: np.ndarray) -> dict[str, Any]:
@@ -234,7 +234,79 @@ class ControlDecimation(gym.Wrapper):
         return obs, total, terminated, truncated, info
 
 
-STATEFUL = (ActionDelay, ObservationDelay, ActionFilter, ObservationHistory)
+class Pushes(gym.Wrapper):
+    """Random pushes on a MuJoCo env: velocity kicks of random direction and speed on the root.
+
+    As ``jaxrl.envs.pushes.Pushes`` for Brax envs: every ``interval`` steps (drawn per push), a
+    direction in the ground plane and a speed from ``speed`` (m/s) are drawn and added to the
+    root's velocity, spread over ``duration`` steps; a free root (Ant, humanoids) gets them on
+    its x and y velocity, otherwise the first joint (a cart, a hip slider) gets the x part. The
+    countdown restarts at every reset.
+
+    Args:
+        env: a Gymnasium MuJoCo env (``env.unwrapped.data``).
+        speed: ``(low, high)`` of the kick's speed in m/s.
+        interval: ``(low, high)`` steps between pushes, inclusive.
+        duration: steps a push lasts, >= 1.
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        speed: tuple[float, float] = (0.1, 1.0),
+        interval: tuple[int, int] = (100, 200),
+        duration: int = 1,
+    ):
+        super().__init__(env)
+        self.interval = steps_range(tuple(interval), "Pushes interval")
+        if self.interval[0] < 1 or duration < 1 or not 0 <= speed[0] <= speed[1]:
+            raise ValueError(
+                f"Pushes: need interval >= 1 step, duration >= 1 and 0 <= speed low <= high; "
+                f"got interval={interval}, duration={duration}, speed={speed}."
+            )
+        data, model = getattr(env.unwrapped, "data", None), getattr(env.unwrapped, "model", None)
+        if data is None or type(model).__name__ != "MjModel":
+            raise ValueError("Pushes kick a MuJoCo simulator: use a Gymnasium MuJoCo env.")
+        self.free_root = bool(model.njnt) and int(model.jnt_type[0]) == 0  # mjJNT_FREE
+        self.speed, self.duration = (float(speed[0]), float(speed[1])), int(duration)
+        self.countdown, self.remaining, self.dv = self.interval[1], 0, np.zeros(2)
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        """Reset and schedule the episode's first push."""
+        out = self.env.reset(**kwargs)
+        self.countdown = int(self.np_random.integers(self.interval[0], self.interval[1] + 1))
+        self.remaining, self.dv = 0, np.zeros(2)
+        return out
+
+    def step(self, action: Any) -> tuple:
+        """Kick when a push is due (or lasting), then step."""
+        self.countdown -= 1
+        if self.countdown <= 0:
+            angle = self.np_random.uniform(0.0, 2 * np.pi)
+            speed = self.np_random.uniform(*self.speed)
+            self.dv = speed * np.array([np.cos(angle), np.sin(angle)]) / self.duration
+            self.remaining = self.duration
+            self.countdown = int(self.np_random.integers(self.interval[0], self.interval[1] + 1))
+        if self.remaining > 0:
+            qvel = self.env.unwrapped.data.qvel
+            if self.free_root:
+                qvel[:2] += self.dv
+            else:
+                qvel[0] += self.dv[0]
+            self.remaining -= 1
+        return self.env.step(action)
+
+    def get_state(self) -> dict[str, Any]:
+        """The countdown and the push in progress."""
+        return {"countdown": self.countdown, "remaining": self.remaining, "dv": self.dv.tolist()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``get_state`` returned."""
+        self.countdown, self.remaining = int(state["countdown"]), int(state["remaining"])
+        self.dv = np.asarray(state["dv"], np.float64)
+
+
+STATEFUL = (ActionDelay, ObservationDelay, ActionFilter, ObservationHistory, Pushes)
 """Wrappers with per-episode state (``get_state`` / ``set_state``); ``HostEnv`` saves them."""
 
 
@@ -250,7 +322,19 @@ def _number(value: Any, name: str) -> float:
     raise ValueError(f"option {name}={value!r}: use a number, e.g. {name}=0.5.")
 
 
+def _speeds(value: Any, name: str) -> tuple[float, float]:
+    text = str(value)
+    low, _, high = text.rpartition(":") if ":" in text else ("0", "", text)
+    try:
+        return float(low), float(high)
+    except ValueError:
+        raise ValueError(
+            f"option {name}={value!r}: use LOW:HIGH in m/s, e.g. {name}=0.1:1."
+        ) from None
+
+
 _WRAPPERS = (  # innermost first, the order of sim2real.wrap_actuation then wrap_agent_side
+    ("push_speed", Pushes, _speeds),
     ("decimation", ControlDecimation, _count),
     ("action_filter", ActionFilter, _number),
     ("action_delay", ActionDelay, _steps_option),
@@ -269,11 +353,11 @@ def check_options(options: dict[str, Any], env_id: str) -> None:
     """
     from jaxrl.envs.gym import EnvError
 
-    if "push_speed" in options:
+    if "privileged" in options:
         raise EnvError(
-            f"Environment {env_id!r}: push_speed (random pushes) kicks the Brax simulator "
-            "state, so it exists for Brax envs only (e.g. 'brax:ant?push_speed=0.5:1.5'); drop "
-            "it from this Gymnasium id."
+            f"Environment {env_id!r}: privileged=true (critic-only observations) exists for JAX "
+            "envs (e.g. 'brax:ant?privileged=true'), which the fused loop trains; drop it from "
+            "this Gymnasium id."
         )
     unknown = sorted(set(options) - set(HOST_OPTIONS))
     if unknown:
@@ -328,6 +412,7 @@ __all__ = [
     "ActionDelay",
     "ActionFilter",
     "ControlDecimation",
+    "Pushes",
     "ObservationDelay",
     "ObservationHistory",
     "ObservationNoise",
