@@ -19,7 +19,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from jaxrl.envs.sim2real import OPTIONS, _steps_option, steps_range
+from jaxrl.envs.sim2real import OPTIONS, _steps_option, push_schedule, steps_range
 
 HOST_OPTIONS = tuple(name for name in OPTIONS if name != "privileged")
 """Env-id options of host envs: every sim-to-real option but ``privileged`` (JAX envs only)."""
@@ -258,17 +258,11 @@ class Pushes(gym.Wrapper):
         duration: int = 1,
     ):
         super().__init__(env)
-        self.interval = steps_range(tuple(interval), "Pushes interval")
-        if self.interval[0] < 1 or duration < 1 or not 0 <= speed[0] <= speed[1]:
-            raise ValueError(
-                f"Pushes: need interval >= 1 step, duration >= 1 and 0 <= speed low <= high; "
-                f"got interval={interval}, duration={duration}, speed={speed}."
-            )
+        self.speed, self.interval, self.duration = push_schedule(speed, interval, duration)
         data, model = getattr(env.unwrapped, "data", None), getattr(env.unwrapped, "model", None)
         if data is None or type(model).__name__ != "MjModel":
             raise ValueError("Pushes kick a MuJoCo simulator: use a Gymnasium MuJoCo env.")
         self.free_root = bool(model.njnt) and int(model.jnt_type[0]) == 0  # mjJNT_FREE
-        self.speed, self.duration = (float(speed[0]), float(speed[1])), int(duration)
         self.countdown, self.remaining, self.dv = self.interval[1], 0, np.zeros(2)
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict]:

@@ -11,7 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxrl.envs.sim2real import _ended, _where, steps_range
+from jaxrl.envs.sim2real import _ended, _where, push_schedule
 from jaxrl.envs.state import EnvState
 from jaxrl.envs.wrappers import Wrapper
 
@@ -39,13 +39,7 @@ class Pushes(Wrapper):
         duration: int = 1,
     ):
         super().__init__(env)
-        self.interval = steps_range(tuple(interval), "Pushes interval")
-        if self.interval[0] < 1 or duration < 1 or not 0 <= speed[0] <= speed[1]:
-            raise ValueError(
-                f"Pushes: need interval >= 1 step, duration >= 1 and 0 <= speed low <= high; "
-                f"got interval={interval}, duration={duration}, speed={speed}."
-            )
-        self.speed, self.duration = (float(speed[0]), float(speed[1])), int(duration)
+        self.speed, self.interval, self.duration = push_schedule(speed, interval, duration)
 
     def _countdown(self, key: jax.Array) -> jax.Array:
         low, high = self.interval

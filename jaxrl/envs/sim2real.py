@@ -48,6 +48,23 @@ def steps_range(steps: int | tuple[int, int], name: str) -> tuple[int, int]:
     return int(low), int(high)
 
 
+def push_schedule(
+    speed: tuple[float, float], interval: tuple[int, int], duration: int
+) -> tuple[tuple[float, float], tuple[int, int], int]:
+    """Validated ``(speed, interval, duration)`` of random pushes (Brax and Gymnasium ``Pushes``).
+
+    Raises:
+        ValueError: an interval below 1 step, a duration below 1, or a bad speed range.
+    """
+    steps = steps_range(tuple(interval), "Pushes interval")
+    if steps[0] < 1 or duration < 1 or not 0 <= speed[0] <= speed[1]:
+        raise ValueError(
+            f"Pushes: need interval >= 1 step, duration >= 1 and 0 <= speed low <= high; "
+            f"got interval={interval}, duration={duration}, speed={speed}."
+        )
+    return (float(speed[0]), float(speed[1])), steps, int(duration)
+
+
 class ObservationNoise(Wrapper):
     """Add Gaussian noise ``N(0, scale^2)`` per observation channel (a sensor model).
 
@@ -385,6 +402,7 @@ __all__ = [
     "ObservationHistory",
     "ObservationNoise",
     "split_options",
+    "push_schedule",
     "steps_range",
     "wrap_actuation",
     "wrap_agent_side",
