@@ -16,9 +16,11 @@ and the test sends the SIGKILL:
 - ``save``: a checkpoint has been written to orbax's temporary directory but not renamed into
   place (killed mid-write: the previous checkpoint must be the one that resumes).
 
-Checkpoints are written every few log points, so every resume restarts before the kill and has to
-redo steps. A persistent compilation cache shared by the subprocesses keeps each one to a few
-seconds after the first of its loop.
+Six kills in all: two in the host loop, one each in the fused and offline loops, and two in
+offline-to-online (one per phase's step range). Checkpoints are written every few log points, so
+every resume restarts before the kill and has to redo steps; the test checks that each run
+resumed from the newest complete checkpoint. A persistent compilation cache shared by the
+subprocesses keeps each one to a few seconds of CPU after the first of its loop.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ import pytest
 from jaxrl.checkpoint import Checkpointer
 from jaxrl.runs import load_run
 
-pytestmark = pytest.mark.slow  # about 2 minutes: ~20 subprocesses of `jaxrl train`
+# 13 subprocesses of `jaxrl train` (4 uninterrupted, 6 killed, 3 resumed to the end): about
+# 150 s of CPU, so 1-3 minutes on 2 cores.
+pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KILL_SEED = 19  # the kill points are drawn from this seed (issue 19)
@@ -121,7 +125,7 @@ main(sys.argv[1:])
 """
 
 TINY = ["--hidden-dims", "16", "16", "--batch-size", "16", "--buffer-size", "1000"]
-QUIET = ["--no-progress", "--no-tensorboard", "--seed", "3"]
+COMMON = ["--no-progress", "--no-tensorboard", "--seed", "3"]
 
 # name -> (command line without --out, last row step, kill-step ranges: one kill in each range).
 # Checkpoints every 2-4 log points; the ranges are wide so the drawn steps land anywhere,
@@ -211,7 +215,7 @@ def _train(argv, out, env, log, kill=None):
     Returns the step at which it was killed (None when it ran to the end) and its output (also
     appended to ``log``).
     """
-    args = ["train", *argv, *QUIET, "--out", str(out)]
+    args = ["train", *argv, *COMMON, "--out", str(out)]
     env = dict(env)
     if kill is None:
         cmd = [sys.executable, "-m", "jaxrl.cli", *args]
