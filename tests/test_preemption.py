@@ -87,8 +87,8 @@ if at is not None:
 
         log = RunLogger.log
 
-        def hooked_log(self, step, metrics):
-            log(self, step, metrics)
+        def hooked_log(self, step, *args, **kwargs):
+            log(self, step, *args, **kwargs)
             if step >= at:
                 stop(step)
 
@@ -100,10 +100,10 @@ if at is not None:
 
         save, finalize, saving = Checkpointer.save, atomicity.AtomicRenameTemporaryPath.finalize, []
 
-        def hooked_save(self, step, state, meta):
+        def hooked_save(self, step, *args, **kwargs):
             saving[:] = [step]
             try:
-                save(self, step, state, meta)
+                save(self, step, *args, **kwargs)
             finally:
                 saving.clear()
 
