@@ -69,17 +69,23 @@ def profile(name: str, argv: list[str], total: int) -> dict:
             time.sleep(1.0)
         if proc.returncode != 0:
             raise RuntimeError(f"{name}: `{' '.join(cmd)}` exited with {proc.returncode}")
+    return tabulate({"name": name, "argv": argv, "total_steps": total, "samples": samples})
+
+
+def tabulate(run: dict) -> dict:
+    """``run`` with ``rss_mb_at`` (per fraction) and ``growth_20_100`` from its samples.
+
+    The RSS at a fraction is that of the first sample taken once the metrics row of that step
+    was written: during training (after the last row the process tears down and frees memory).
+    """
+    samples, total = run["samples"], run["total_steps"]
     at = {}
     for frac in FRACTIONS:
-        # The last sample logged at or below this fraction of the run (the run's RSS then).
-        goal = frac * total
-        before = [s for s in samples if s[1] <= goal and s[1] > 0] or samples[:1]
-        at[frac] = before[-1][2]
-    growth = (at[1.0] - at[0.2]) / at[0.2]
+        after = [s for s in samples if s[1] >= frac * total] or samples[-1:]
+        at[frac] = after[0][2]
     shown = ", ".join(f"{int(f * 100)}% {at[f]:.0f} MiB" for f in FRACTIONS)
-    print(f"{name}: {shown}", flush=True)
-    return {"name": name, "argv": argv, "total_steps": total, "rss_mb_at": at,
-            "growth_20_100": growth, "samples": samples}  # fmt: skip
+    print(f"{run['name']}: {shown}", flush=True)
+    return {**run, "rss_mb_at": at, "growth_20_100": (at[1.0] - at[0.2]) / at[0.2]}
 
 
 def main() -> None:
@@ -87,7 +93,16 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sac-steps", type=int, default=200_000)
     p.add_argument("--ppo-steps", type=int, default=20_000_000)
+    p.add_argument(
+        "--from-json", default=None, help="re-tabulate the samples of an earlier memory.json"
+    )
     args = p.parse_args()
+    out = os.path.join(ROOT, "benchmarks", "results", "memory")
+    if args.from_json:
+        with open(args.from_json) as f:
+            runs = [tabulate(r) for r in json.load(f)["runs"]]
+        write(runs, out)
+        return
     runs = [
         profile(
             "SAC, HalfCheetah-v5, host loop",
@@ -102,13 +117,18 @@ def main() -> None:
             args.ppo_steps,
         ),
     ]  # fmt: skip
+    write(runs, out)
+
+
+def write(runs: list[dict], out: str) -> None:
+    """``out.md`` (the table) and ``out.json`` (with every sample)."""
     head = "| run | steps | " + " | ".join(f"RSS at {int(f * 100)}% (MiB)" for f in FRACTIONS)
     lines = [
         "# Resident memory over long runs",
         "",
         f"Machine: {os.cpu_count()} CPUs. RSS of the `jaxrl train` process (VmRSS), sampled every "
-        "second, at the last sample whose newest metrics row is at or below each fraction of the "
-        "run; logging, evaluations, checkpoints (2 kept) and the progress bar (to a discarded "
+        "second, at the first sample taken once the metrics row of each fraction of the run was "
+        "written; logging, evaluations, checkpoints (2 kept) and the progress bar (to a discarded "
         "stream) at their usual cadence. Growth: from 20% to 100%.",
         "",
         head + " | growth 20%-100% |",
@@ -122,7 +142,6 @@ def main() -> None:
     for r in runs:
         lines.append(f"\n`jaxrl train {' '.join(r['argv'])}`")
     lines += ["", "Regenerate: `.venv/bin/python benchmarks/memory.py`", ""]
-    out = os.path.join(ROOT, "benchmarks", "results", "memory")
     with open(out + ".md", "w") as f:
         f.write("\n".join(lines))
     with open(out + ".json", "w") as f:
