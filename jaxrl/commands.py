@@ -19,6 +19,8 @@ def evaluate_run(run_dir: str, episodes: int | None = None) -> dict[str, Any]:
     from jaxrl.evaluation import evaluate, evaluate_jax
     from jaxrl.runs import load_run, make_jax_envs
 
+    if episodes is not None and episodes < 1:
+        raise ValueError(f"--episodes must be at least 1, got {episodes}.")
     run = load_run(run_dir)
     episodes = episodes or run.train_config.eval_episodes
     env_id = run.config["env"]

@@ -396,10 +396,10 @@ def sweep(
     """
     from jaxrl.logging import write_json
 
-    os.makedirs(out_root, exist_ok=True)
     obs, act = np.zeros(3, np.float32), np.zeros(1, np.float32)
-    kinds = classify(spec, base, grid, obs, act)
+    kinds = classify(spec, base, grid, obs, act)  # a bad grid value fails here, before any file
     programs = plan(spec, base, grid, kinds, seeds, out_root, split=split)
+    os.makedirs(out_root, exist_ok=True)
     members = [m for p in programs for m in p.members]
     leaves = [k for k, v in kinds.items() if v == "leaf"]
     static = [k for k, v in kinds.items() if v == "static" and len(grid[k]) > 1]

@@ -520,6 +520,7 @@ CONFIG_CASES = [
             c.path("out"),
         ],
         ("--grid tau=2.0: SACConfig.tau must be in (0.0, 1.0], got 2.0",),
+        absent="out",
     ),
     Case(
         "sweep-grid-nan",
@@ -534,6 +535,7 @@ CONFIG_CASES = [
             c.path("out"),
         ],
         ("--grid actor_lr=nan: SACConfig.actor_lr must be positive, got nan",),
+        absent="out",
     ),
     Case(
         "config-file-missing",
@@ -611,6 +613,13 @@ def _resume_as(*argv: str) -> Callable[[Ctx], list[str]]:
     return lambda ctx: ["train", *argv, "--out", ctx.copy_run("sac")]
 
 
+def _resume_longer_over_partial_checkpoint(ctx: Ctx) -> list[str]:
+    argv = _partial_checkpoint(ctx)  # ["eval", run]
+    longer = list(TINY_SAC)
+    longer[longer.index("--total-steps") + 1] = "80"
+    return ["train", "sac", *longer, "--out", argv[1]]
+
+
 RUN_CASES = [
     Case(
         "run-config-not-json",
@@ -655,6 +664,30 @@ RUN_CASES = [
         "resume-run-of-another-agent",
         _resume_as("td3", *TINY_SAC),
         ("holds a run with a different configuration (agent", "Use a new --out directory"),
+        keeps="run",
+    ),
+    Case(
+        "resume-run-with-another-learning-rate",
+        _resume_as("sac", *TINY_SAC, "--actor-lr", "0.001"),
+        (
+            "holds a run with a different configuration (agent_config: actor_lr: 0.0003 in the "
+            "run, 0.001 now)",
+            "Use a new --out directory",
+        ),
+        keeps="run",
+    ),
+    Case(
+        # A longer budget is a valid resume; the restore fails, and config.json keeps the
+        # run's own total_steps (the new settings are committed only after a restore).
+        "resume-longer-over-a-partial-checkpoint",
+        _resume_longer_over_partial_checkpoint,
+        ("checkpoints/40 is corrupt", "train into a new --out directory"),
+        keeps="run",
+    ),
+    Case(
+        "eval-zero-episodes",
+        lambda c: ["eval", c.copy_run("sac"), "--episodes", "0"],
+        ("--episodes must be at least 1, got 0",),
         keeps="run",
     ),
     Case(

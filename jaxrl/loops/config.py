@@ -124,39 +124,71 @@ def default_out(agent_name: str, cfg: TrainConfig) -> str:
 
 
 def prepare_run_dir(out: str, config: dict[str, Any]) -> None:
-    """Create ``out`` and write ``config.json``; refuse to resume a run with another config."""
+    """Create ``out`` and write ``config.json``; refuse to resume a run with another config.
+
+    When ``out`` already holds a run with the same settings (budgets such as ``total_steps``
+    may differ), its ``config.json`` is left as it is and the new one is written beside it as
+    ``config.pending.json``; the loop's resume replaces ``config.json`` with it once the
+    newest checkpoint has been restored (``commit_run_config``), so a resume that fails leaves
+    the run's record unchanged.
+    """
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "config.json")
     config = json.loads(json.dumps(config))  # tuples -> lists, as they are stored
-    if os.path.exists(path):
-        try:
-            with open(path) as f:
-                old = json.load(f)
-        except (OSError, json.JSONDecodeError) as err:
+    if not os.path.exists(path):
+        write_json(path, config)
+        return
+    try:
+        with open(path) as f:
+            old = json.load(f)
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(
+            f"{path} is not readable JSON ({err}), so {out} cannot be resumed safely. Restore "
+            "the file (it records the run's settings) or use a new --out directory."
+        ) from None
+    if not isinstance(old, dict):
+        raise ValueError(f"{path} does not hold a run's settings; use a new --out directory.")
+    # Budgets may grow (resume a finished run for longer; fine-tune an offline run online).
+    ignore = {"total_steps", "online_steps", "offline_ratio", "online_lr_schedule"}
+    ignore |= {"progress", "out"}
+    ignore |= {"wandb_project", "tensorboard", "on_nonfinite", "max_to_keep"}
+    for section in ("agent", "env", "seed", "agent_config", "train"):
+        a, b = old.get(section), config.get(section)
+        if isinstance(a, dict) and isinstance(b, dict):
+            # A field the old run does not record is newer than the run: it ran the default.
+            diff = {k: (a[k], b.get(k)) for k in a if k not in ignore and a[k] != b.get(k)}
+        else:
+            diff = {} if a == b else {section: (a, b)}
+        if diff:
+            changes = "; ".join(
+                f"{k}: {was!r} in the run, {now!r} now" for k, (was, now) in sorted(diff.items())
+            )
             raise ValueError(
-                f"{path} is not readable JSON ({err}), so {out} cannot be resumed safely. Restore "
-                "the file (it records the run's settings) or use a new --out directory."
-            ) from None
-        if not isinstance(old, dict):
-            raise ValueError(f"{path} does not hold a run's settings; use a new --out directory.")
-        # Budgets may grow (resume a finished run for longer; fine-tune an offline run online).
-        ignore = {"total_steps", "online_steps", "offline_ratio", "online_lr_schedule"}
-        ignore |= {"progress", "out"}
-        ignore |= {"wandb_project", "tensorboard", "on_nonfinite", "max_to_keep"}
-        for section in ("agent", "env", "seed", "agent_config", "train"):
-            a, b = old.get(section), config.get(section)
-            if isinstance(a, dict) and isinstance(b, dict):
-                # A field the old run does not record is newer than the run: it ran the default.
-                diff = [k for k in a if k not in ignore and a[k] != b.get(k)]
-            else:
-                diff = [] if a == b else [section]
-            if diff:
-                raise ValueError(
-                    f"{out} holds a run with a different configuration ({section}: "
-                    f"{', '.join(sorted(map(str, diff)))}). Use a new --out directory, or the "
-                    "same options as before to resume."
-                )
-    write_json(path, config)
+                f"{out} holds a run with a different configuration ({section}: {changes}). Use "
+                "a new --out directory, or the same options as before to resume."
+            )
+    if old != config:
+        write_json(os.path.join(out, PENDING), config)
+    elif os.path.exists(os.path.join(out, PENDING)):  # left by an earlier resume that failed
+        os.remove(os.path.join(out, PENDING))
 
 
-__all__ = ["TrainConfig", "default_out", "prepare_run_dir", "run_config"]
+PENDING = "config.pending.json"
+
+
+def commit_run_config(out: str, keep: bool = True) -> None:
+    """Make the settings ``prepare_run_dir`` left pending the run's ``config.json``.
+
+    Args:
+        out: the run directory.
+        keep: False drops them instead (the resume failed; the run stays as it was).
+    """
+    pending = os.path.join(out, PENDING)
+    if os.path.exists(pending):
+        if keep:
+            os.replace(pending, os.path.join(out, "config.json"))
+        else:
+            os.remove(pending)
+
+
+__all__ = ["TrainConfig", "commit_run_config", "default_out", "prepare_run_dir", "run_config"]

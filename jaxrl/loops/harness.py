@@ -42,7 +42,7 @@ import numpy as np
 
 from jaxrl.checkpoint import Checkpointer
 from jaxrl.logging import RunLogger, write_json
-from jaxrl.loops.config import TrainConfig
+from jaxrl.loops.config import TrainConfig, commit_run_config
 
 NONFINITE = "train/nonfinite_updates"
 """Metrics column: updates so far after which the agent held a NaN."""
@@ -269,8 +269,36 @@ class Harness:
         ``state`` is the fresh loop state (with the member axis when ``stacked``); it is also
         the template checkpoints are restored into. Returns ``(state, metas)``, ``metas`` empty
         when there was nothing of this phase to resume. Checkpoints without a recorded phase
-        (older runs) count as ``legacy_phase`` (default: this loop's phase).
+        (older runs) count as ``legacy_phase`` (default: this loop's phase). The settings
+        ``prepare_run_dir`` left pending become ``config.json`` only once this succeeded, so a
+        resume that fails leaves the run directory as it was.
         """
+        try:
+            state, metas = self._restore(state, legacy_phase)
+        except BaseException:
+            for out in self.outs:
+                commit_run_config(out, keep=False)
+            raise
+        for out in self.outs:
+            commit_run_config(out)
+        self.clean_step = [self.step] * len(self.outs)
+        for logger in self.loggers:
+            logger.truncate(self.step_offset + self.step)
+        for i, logger in enumerate(self.loggers):
+            evals = [r for r in logger.rows if "eval_return" in r]
+            if metas and metas[i].get("last_eval") is not None:
+                self.last_eval[i] = metas[i]["last_eval"]
+            elif evals:
+                self.last_eval[i] = (
+                    evals[-1]["eval_return"],
+                    evals[-1].get("eval_return_std", np.nan),
+                )
+        if metas:
+            print(f"Resuming {', '.join(self.outs)} from step {self.step_offset + self.step}.")
+        return state, metas
+
+    def _restore(self, state: Any, legacy_phase: str | None) -> tuple[Any, list[dict]]:
+        """The newest checkpoint of this phase (``resume`` without its bookkeeping)."""
         latest = [c.latest_step() for c in self.ckpts]
         metas: list[dict] = []
         if any(s is not None for s in latest):
@@ -297,20 +325,6 @@ class Harness:
                 if self.stacked:
                     state = jax.tree.map(lambda *xs: jnp.stack(xs), *restored)
                 self.step = int(metas[0]["step"])
-        self.clean_step = [self.step] * len(self.outs)
-        for logger in self.loggers:
-            logger.truncate(self.step_offset + self.step)
-        for i, logger in enumerate(self.loggers):
-            evals = [r for r in logger.rows if "eval_return" in r]
-            if metas and metas[i].get("last_eval") is not None:
-                self.last_eval[i] = metas[i]["last_eval"]
-            elif evals:
-                self.last_eval[i] = (
-                    evals[-1]["eval_return"],
-                    evals[-1].get("eval_return_std", np.nan),
-                )
-        if metas:
-            print(f"Resuming {', '.join(self.outs)} from step {self.step_offset + self.step}.")
         return state, metas
 
     def completed(self) -> list[dict[str, Any]] | None:
