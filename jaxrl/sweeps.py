@@ -161,7 +161,7 @@ def run_offline(spec: AgentSpec, train_cfg: Any, program: Program) -> list[dict[
 
 
 def _train_member(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
-    from jaxrl.cli import train
+    from jaxrl.train_runs import train
 
     return train(agent_name, train_cfg, agent_cfg)
 

@@ -300,8 +300,8 @@ def _ray_trial(
             os.environ.setdefault(key, value)
     from ray import tune
 
-    from jaxrl.cli import train
     from jaxrl.loops.harness import on_eval
+    from jaxrl.train_runs import train
 
     settings = {name: _clip(config[name], p) for name, p in job.search.items()}
     cfg = apply_settings(job.agent_cfg, settings)
