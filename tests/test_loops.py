@@ -124,7 +124,8 @@ def test_offline_loop_records_the_nonfinite_count_at_log_points(tmp_path, capsys
 
 
 def test_loops_and_cli_do_not_probe_agents():
-    paths = [os.path.join(ROOT, "jaxrl", "cli.py")]
+    # The command line and what it dispatches to (train_runs: `jaxrl train`'s run setup).
+    paths = [os.path.join(ROOT, "jaxrl", f) for f in ("cli.py", "train_runs.py", "commands.py")]
     loops = os.path.join(ROOT, "jaxrl", "loops")
     paths += [os.path.join(loops, f) for f in sorted(os.listdir(loops)) if f.endswith(".py")]
     for path in paths:
