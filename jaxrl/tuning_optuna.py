@@ -144,7 +144,7 @@ def _optimize(
     from jaxrl import registry
     from jaxrl.cli import train
     from jaxrl.config import ConfigError
-    from jaxrl.loops.harness import on_eval
+    from jaxrl.loops.cadence import on_eval
 
     agent_name, train_cfg, out_root = job.agent_name, job.train_cfg, job.out_root
     study = optuna.load_study(study_name=study_name, storage=storage)

@@ -301,7 +301,7 @@ def _ray_trial(
     from ray import tune
 
     from jaxrl.cli import train
-    from jaxrl.loops.harness import on_eval
+    from jaxrl.loops.cadence import on_eval
 
     settings = {name: _clip(config[name], p) for name, p in job.search.items()}
     cfg = apply_settings(job.agent_cfg, settings)

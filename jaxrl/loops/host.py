@@ -43,7 +43,8 @@ from jaxrl.envs.gym import HostEnv
 from jaxrl.episodes import EpisodeTracker, pad_rows
 from jaxrl.evaluation import evaluator
 from jaxrl.loops.config import TrainConfig
-from jaxrl.loops.harness import NONFINITE, Harness, guarded_update
+from jaxrl.loops.device import NONFINITE, guarded_update
+from jaxrl.loops.harness import Harness
 from jaxrl.registry import AgentSpec
 from jaxrl.types import Transition
 
