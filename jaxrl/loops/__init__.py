@@ -5,6 +5,7 @@
 - ``cadence``: when to log, evaluate and checkpoint; the ``on_eval`` hooks; the stop flag.
 - ``device``: strongly typed state, one compiled chunk per length, the NaN guard.
 - ``host``: Gymnasium envs, one jitted update-and-act call per env step.
+- ``host_state``: what the host loop keeps on the host between env steps (sampler, episodes).
 - ``fused``: JAX envs, acting, simulating, storing and learning as one XLA program per chunk.
 - ``offline``: gradient steps on a device-resident dataset.
 
