@@ -46,9 +46,9 @@ REST = "update call (flatten, dispatch) and the rest of the loop body"
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 PARTS = {  # (file suffix, function name) -> part
     ("envs/gym.py", "step"): "env step (MuJoCo via Gymnasium)",
-    ("loops/host.py", "action"): WAIT,
-    ("loops/host.py", "store"): "transition into the device buffer",
-    ("loops/host.py", "end_step"): "episode bookkeeping",
+    ("loops/host_state.py", "action"): WAIT,
+    ("loops/host_state.py", "store"): "transition into the device buffer",
+    ("loops/host_state.py", "end_step"): "episode bookkeeping",
     ("loops/harness.py", "advance"): "counters, cadence, progress bar",
     ("loops/harness.py", "log"): "log points (metrics fetch, evaluation)",
     ("loops/harness.py", "save"): "checkpoints",

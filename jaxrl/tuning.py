@@ -2,7 +2,7 @@
 
 Every trial is an ordinary jaxrl run: ``train`` runs it in-process into its own run directory
 under ``out_root`` (``config.json``, ``metrics.csv``, ``summary.json``, ``checkpoints/``), and an
-``jaxrl.loops.harness.on_eval`` hook hands each evaluation to the tuner, which may end the run
+``jaxrl.loops.cadence.on_eval`` hook hands each evaluation to the tuner, which may end the run
 there (Optuna's pruner, Ray's ASHA) or, with Ray's PBT, restart it from another trial's
 checkpoint with mutated settings. A run whose agent holds NaN values (``nonfinite > 0`` at an
 evaluation) or whose evaluation return is not finite is a failed trial (Optuna: FAIL, Ray:

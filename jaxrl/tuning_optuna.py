@@ -143,7 +143,7 @@ def _optimize(
 
     from jaxrl import registry
     from jaxrl.config import ConfigError
-    from jaxrl.loops.harness import on_eval
+    from jaxrl.loops.cadence import on_eval
     from jaxrl.train_runs import train
 
     agent_name, train_cfg, out_root = job.agent_name, job.train_cfg, job.out_root

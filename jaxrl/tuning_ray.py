@@ -300,7 +300,7 @@ def _ray_trial(
             os.environ.setdefault(key, value)
     from ray import tune
 
-    from jaxrl.loops.harness import on_eval
+    from jaxrl.loops.cadence import on_eval
     from jaxrl.train_runs import train
 
     settings = {name: _clip(config[name], p) for name, p in job.search.items()}

@@ -20,13 +20,8 @@ from jaxrl.acting import acting
 from jaxrl.buffers import BufferState, buffer_add, make_replay_buffer
 from jaxrl.evaluation import evaluate_jax
 from jaxrl.loops.config import TrainConfig
-from jaxrl.loops.harness import (
-    NONFINITE,
-    Harness,
-    compile_cache,
-    guarded_update,
-    strongly_typed,
-)
+from jaxrl.loops.device import NONFINITE, compile_cache, guarded_update, strongly_typed
+from jaxrl.loops.harness import Harness
 from jaxrl.loops.host import _update_step
 from jaxrl.registry import AgentSpec
 from jaxrl.types import Rollout, Transition

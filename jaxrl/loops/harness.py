@@ -26,15 +26,12 @@ How the families still to come fit:
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
 import math
 import os
-import signal
 import sys
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -42,172 +39,9 @@ import numpy as np
 
 from jaxrl.checkpoint import Checkpointer
 from jaxrl.logging import RunLogger, write_json
+from jaxrl.loops.cadence import _EVAL_HOOKS, Cadence, Points, StopFlag, on_eval
 from jaxrl.loops.config import TrainConfig, commit_run_config
-
-NONFINITE = "train/nonfinite_updates"
-"""Metrics column: updates so far after which the agent held a NaN."""
-
-_EVAL_HOOKS: list[Any] = []
-
-
-@contextlib.contextmanager
-def on_eval(hook: Any) -> Any:
-    """Call ``hook(out, step, eval_return, nonfinite)`` at every evaluation of every member.
-
-    For tuners (Optuna's pruner, Ray Tune's reports) that run ``jaxrl.cli.train`` in-process:
-    ``out`` is the member's run directory, ``step`` its step (env steps; offline: gradient
-    steps), ``eval_return`` the mean evaluation return and ``nonfinite`` the count of updates
-    after which the agent held a NaN. The hook runs after the point's checkpoint is written
-    (checkpoints fall on evaluation points by default). An exception it raises (e.g. Optuna's
-    ``TrialPruned``) ends the run there.
-    """
-    _EVAL_HOOKS.append(hook)
-    try:
-        yield hook
-    finally:
-        _EVAL_HOOKS.remove(hook)
-
-
-# ----------------------------------------------------------------------------- device helpers
-
-
-def strongly_typed(tree: Any) -> Any:
-    """``tree`` with every leaf a strongly typed array.
-
-    Weakly typed leaves (Python scalars, flax's ``TrainState.step``) come back strongly typed from
-    a jitted chunk, which would recompile the chunk once; restoring into weak types would differ
-    from what was saved.
-    """
-    return jax.tree.map(lambda x: jnp.array(x, dtype=jnp.asarray(x).dtype), tree)
-
-
-SMALL_ARRAY = 4096
-"""Arrays of at most this many elements are what ``nonfinite`` checks."""
-
-
-def nonfinite(agent: Any) -> jax.Array:
-    """Whether ``agent`` holds a NaN in one of its small float arrays (a bool scalar).
-
-    A non-finite loss makes every gradient non-finite, and after the optimizer step every
-    parameter NaN (Adam's ``m / sqrt(v)`` of an infinite gradient is NaN). The small arrays
-    (biases, scalars such as a temperature, their optimizer moments, data statistics) show it at
-    a tiny fraction of the cost of a pass over all parameters, so the loops check after every
-    update. An Inf alone is not flagged: it is the "off" value of sweepable thresholds (PPO's
-    ``max_grad_norm`` and ``anneal_lr_steps``). Metrics are not checked: agents report NaN for
-    the metrics of sub-steps they skip (TD3's delayed actor step).
-    """
-    leaves = [jnp.asarray(x) for x in jax.tree.leaves(agent)]
-    small = [x for x in leaves if jnp.issubdtype(x.dtype, jnp.floating) and x.size <= SMALL_ARRAY]
-    if not small:
-        return jnp.zeros((), bool)
-    return jnp.any(jnp.stack([jnp.any(jnp.isnan(x)) for x in small]))
-
-
-def guarded_update(agent: Any, batch: Any, skip: bool = False) -> tuple[Any, dict, jax.Array]:
-    """``agent.update(batch)`` and whether it left a NaN in the agent (``nonfinite``).
-
-    With ``skip`` such an update is discarded: the agent before it is returned (the NaN guard's
-    'skip' mode, ``TrainConfig.on_nonfinite``). Returns ``(agent, info, bad)``.
-    """
-    new, info = agent.update(batch)
-    bad = nonfinite(new)
-    if skip:
-        new = jax.tree.map(lambda old, n: jnp.where(bad, old, n), agent, new)
-    return new, info, bad
-
-
-def compile_cache(make: Any) -> Any:
-    """``n -> make(n)``, made once per ``n`` (one jitted chunk function per chunk length)."""
-    fns: dict[int, Any] = {}
-
-    def get(n: int) -> Any:
-        if n not in fns:
-            fns[n] = make(n)
-        return fns[n]
-
-    return get
-
-
-# ------------------------------------------------------------------------------------ cadence
-
-
-class Points(NamedTuple):
-    """What is due after a step or a chunk: a metrics row, an evaluation, a checkpoint."""
-
-    log: bool
-    eval: bool
-    save: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class Cadence:
-    """When every loop logs, evaluates and checkpoints, in the loop's steps.
-
-    A point is due when a step or chunk crosses a multiple of its period, and all are due at
-    the end of the run. Every evaluation is also a log point.
-    """
-
-    log_every: int
-    eval_every: int
-    checkpoint_every: int
-    total_steps: int
-
-    @classmethod
-    def of(cls, cfg: TrainConfig) -> Cadence:
-        """The cadence of ``cfg`` (checkpoints default to the evaluation period)."""
-        ckpt = cfg.checkpoint_every or cfg.eval_every
-        return cls(cfg.log_every, cfg.eval_every, ckpt, cfg.total_steps)
-
-    def at(self, prev: int, step: int) -> Points:
-        """The points crossed by going from step ``prev`` to ``step``."""
-        end = step >= self.total_steps
-        at_eval = end or step // self.eval_every > prev // self.eval_every
-        at_log = at_eval or step // self.log_every > prev // self.log_every
-        at_save = end or step // self.checkpoint_every > prev // self.checkpoint_every
-        return Points(at_log, at_eval, at_save)
-
-    def chunk(self, step: int, unit: int = 1) -> int:
-        """Iterations of ``unit`` steps to run from ``step`` before the host acts again.
-
-        As many whole iterations as fit in the shortest period (at least one, and no more than
-        the budget needs), ending early at the next point when an iteration boundary falls on
-        it. So one-step iterations stop exactly at every point, and a fused loop whose
-        iterations do not divide the periods keeps one chunk length (one compilation).
-        """
-        periods = (self.log_every, self.eval_every, self.checkpoint_every)
-        to_next = min(p - step % p for p in periods)
-        n = max(1, min(periods) // unit)
-        if to_next % unit == 0:
-            n = min(n, to_next // unit)
-        return min(n, -(-(self.total_steps - step) // unit))
-
-
-# ------------------------------------------------------------------------------------ harness
-
-
-class StopFlag:
-    """Turns SIGINT/SIGTERM into a flag checked between steps, so state is saved consistently."""
-
-    def __init__(self) -> None:
-        self.raised = False
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> StopFlag:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._old[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not in the main thread: keep default handling
-                pass
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.raised:  # a second Ctrl-C stops at once
-            raise KeyboardInterrupt
-        self.raised = True
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._old.items():
-            signal.signal(sig, handler)
+from jaxrl.loops.device import NONFINITE, compile_cache, nonfinite, strongly_typed
 
 
 class Harness:

@@ -17,13 +17,8 @@ from flax import struct
 from jaxrl.buffers import BufferState, buffer_sample
 from jaxrl.evaluation import evaluator
 from jaxrl.loops.config import TrainConfig
-from jaxrl.loops.harness import (
-    NONFINITE,
-    Harness,
-    compile_cache,
-    guarded_update,
-    strongly_typed,
-)
+from jaxrl.loops.device import NONFINITE, compile_cache, guarded_update, strongly_typed
+from jaxrl.loops.harness import Harness
 from jaxrl.registry import AgentSpec
 
 
