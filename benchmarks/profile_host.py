@@ -35,6 +35,7 @@ import os
 import pstats
 import tempfile
 import time
+from functools import partial
 from typing import Any
 
 from jaxrl import registry
@@ -102,6 +103,7 @@ def isolated_costs(agent_name: str) -> dict[str, float]:
     import numpy as np
     from tqdm import tqdm
 
+    from jaxrl.acting import acting
     from jaxrl.buffers import buffer_add
     from jaxrl.envs import make_env
     from jaxrl.loops.host import _act, _learn, init_loop_state
@@ -123,9 +125,10 @@ def isolated_costs(agent_name: str) -> dict[str, float]:
         return box["buffer"]
 
     costs["transition write (dispatch of the jitted add)"] = _per_call_ms(write, 2000)
-    act, key = jax.jit(_act), jax.random.key(2)
+    act, key = jax.jit(partial(_act, explore=acting(spec).explore)), jax.random.key(2)
+    first = np.ones(env.num_envs, bool)
     costs["policy action: call, run, copy to host"] = _per_call_ms(
-        lambda: np.asarray(act(agent, obs, key, 0)), 2000
+        lambda: np.asarray(act(agent, state.plan, obs, first, key, 0)[0]), 2000
     )
     ident = jax.jit(lambda a: a)
     costs["a jitted call taking the agent (pytree flattening, dispatch)"] = _per_call_ms(
