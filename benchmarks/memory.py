@@ -27,6 +27,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
 
@@ -79,19 +81,32 @@ def profile(name: str, argv: list[str], total: int) -> dict:
 
 
 def tabulate(run: dict) -> dict:
-    """``run`` with ``rss_mb_at`` (per fraction) and ``growth_20_100`` from its samples.
+    """``run`` with RssAnon per tenth of the run, and the growth from 20% to 100%.
 
-    The RssAnon at a fraction is that of the first sample taken once the metrics row of that step
-    was written: during training (after the last row the process tears down and frees memory).
+    "At X%" is the median (and the peak) of the samples taken while the newest metrics row was
+    in the tenth of the run that ends at X% (from (X-10)% exclusive to X% inclusive). At 100%
+    the samples after the final row are left out: they are the run's teardown (the final
+    evaluation, the learning-curve plot, closing the writers), reported as ``end_mb`` (peak).
+    Medians are robust to the allocator's step changes, which a single sample is not.
     """
     samples, total = run["samples"], run["total_steps"]
-    at = {}
+    median, peak = {}, {}
     for frac in FRACTIONS:
-        after = [s for s in samples if s[1] >= frac * total] or samples[-1:]
-        at[frac] = after[0][2]
-    shown = ", ".join(f"{int(f * 100)}% {at[f]:.0f} MiB" for f in FRACTIONS)
+        lo, hi = (frac - 0.1) * total, frac * total
+        window = [s[2] for s in samples if lo < s[1] <= hi and s[1] < total]
+        median[frac] = float(np.median(window)) if window else float("nan")
+        peak[frac] = float(np.max(window)) if window else float("nan")
+    end = [s[2] for s in samples if s[1] >= total]
+    shown = ", ".join(f"{int(f * 100)}% {median[f]:.0f} MiB" for f in FRACTIONS)
     print(f"{run['name']}: {shown}", flush=True)
-    return {**run, "rss_mb_at": at, "growth_20_100": (at[1.0] - at[0.2]) / at[0.2]}
+    return {
+        **run,
+        "rss_mb_at": median,
+        "peak_mb_at": peak,
+        "end_mb": max(end) if end else float("nan"),
+        "growth_20_100": (median[1.0] - median[0.2]) / median[0.2],
+        "peak_growth_20_100": (max(peak[f] for f in FRACTIONS[1:]) - peak[0.2]) / peak[0.2],
+    }
 
 
 def main() -> None:
@@ -128,24 +143,28 @@ def main() -> None:
 
 def write(runs: list[dict], out: str) -> None:
     """``out.md`` (the table) and ``out.json`` (with every sample)."""
-    head = "| run | steps | " + " | ".join(f"RssAnon at {int(f * 100)}% (MiB)" for f in FRACTIONS)
+    head = "| run | steps | " + " | ".join(f"{int(f * 100)}%: median / peak" for f in FRACTIONS)
     lines = [
         "# Resident memory over long runs",
         "",
         f"Machine: {os.cpu_count()} CPUs. Anonymous resident memory (RssAnon: heap, buffers; "
         "VmRSS also counts the mapped libraries' pages, which the kernel evicts and reloads) of "
-        "the `jaxrl train` process, sampled every "
-        "second, at the first sample taken once the metrics row of each fraction of the run was "
-        "written; logging, evaluations, checkpoints (2 kept) and the progress bar (to a discarded "
-        "stream) at their usual cadence. Growth: from 20% to 100%.",
+        "the `jaxrl train` process in MiB, sampled every second; logging, evaluations, "
+        "checkpoints (2 kept) and the progress bar (to a discarded stream) at their usual "
+        "cadence. X% is the median / peak of the samples taken while the newest metrics row "
+        "was in the tenth of the run ending at X%; at 100%, before the final row (the teardown "
+        "after it: final evaluation, plot, writers closed, is the 'end' column, its peak). "
+        "Growth: of the median from 20% to 100%; peak growth: the highest peak after 20% "
+        "against the peak at 20%.",
         "",
-        head + " | growth 20%-100% |",
-        "|---|---|" + "---|" * (len(FRACTIONS) + 1),
+        head + " | end (peak) | growth 20%-100% | peak growth |",
+        "|---|---|" + "---|" * (len(FRACTIONS) + 3),
     ]
     for r in runs:
-        cells = " | ".join(f"{r['rss_mb_at'][f]:.0f}" for f in FRACTIONS)
+        cells = " | ".join(f"{r['rss_mb_at'][f]:.0f} / {r['peak_mb_at'][f]:.0f}" for f in FRACTIONS)
         lines.append(
-            f"| {r['name']} | {r['total_steps']:,} | {cells} | {100 * r['growth_20_100']:+.1f}% |"
+            f"| {r['name']} | {r['total_steps']:,} | {cells} | {r['end_mb']:.0f} | "
+            f"{100 * r['growth_20_100']:+.1f}% | {100 * r['peak_growth_20_100']:+.1f}% |"
         )
     for r in runs:
         lines.append(f"\n`jaxrl train {' '.join(r['argv'])}`")
