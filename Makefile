@@ -11,12 +11,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[dev,sweep,export]"
 	touch $(STAMP)
 
-## Train SAC on Pendulum-v1 (~3-5 min on 2 CPU cores): logs, checkpoint and plot in runs/demo.
+## Train SAC on Pendulum-v1 (0.5-4 min on 2 CPU cores, depending on the machine): logs, checkpoint and plot in runs/demo.
 demo: $(STAMP)
 	$(BIN)/jaxrl train sac --env Pendulum-v1 --total-steps 12000 --out runs/demo \
 	  --eval-every 2000 --eval-episodes 10 --learning-starts 1000 --seed 0
 
-## Run the test suite (learning tests included; ~20 min on 2 cores, two xdist workers).
+## Run the test suite (learning tests included; ~18 min on 2 idle cores, two xdist workers).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --durations=15 tests
 
