@@ -214,3 +214,31 @@ def test_offline_to_online_and_evaluation_do_not_compile_per_step(tmp_path, caps
     for name in counts[2]:
         assert name[4:-1] in want, counts[2]
     assert all(counts[2].count(f"jit({name})") <= n for name, n in want.items()), counts[2]
+
+
+def test_resumed_settings_replace_config_json_only_after_the_restore(tmp_path):
+    """A longer budget is written beside config.json and committed by a resume that works."""
+    import json
+
+    from jaxrl.checkpoint import Checkpointer
+    from jaxrl.loops import prepare_run_dir
+    from jaxrl.loops.harness import Harness
+
+    def recorded(out: str) -> int:
+        with open(os.path.join(out, "config.json")) as f:
+            return json.load(f)["train"]["total_steps"]
+
+    state = {"x": jnp.zeros(2)}
+    ok, bad = str(tmp_path / "ok"), str(tmp_path / "bad")
+    for out in (ok, bad):
+        prepare_run_dir(out, {"agent": "sac", "train": {"total_steps": 100}})
+        prepare_run_dir(out, {"agent": "sac", "train": {"total_steps": 200}})
+        assert recorded(out) == 100 and os.path.exists(os.path.join(out, "config.pending.json"))
+    # A checkpoint of another phase: this online run refuses to resume over it.
+    Checkpointer(os.path.join(bad, "checkpoints")).save(10, state, {"step": 10, "phase": "offline"})
+    cfg = TrainConfig(total_steps=200, progress=False, tensorboard=False)
+    Harness("sac", cfg, [ok]).resume(state)
+    assert recorded(ok) == 200 and not os.path.exists(os.path.join(ok, "config.pending.json"))
+    with pytest.raises(ValueError, match="offline phase"):
+        Harness("sac", cfg, [bad]).resume(state)
+    assert recorded(bad) == 100 and not os.path.exists(os.path.join(bad, "config.pending.json"))
