@@ -117,8 +117,10 @@ def check_batch_fits(spec: AgentSpec, agent_config: Any, dataset: Dataset) -> No
     """
     from jaxrl.config import ConfigError
 
-    batch = getattr(agent_config, "batch_size", None)
-    if spec.kind == "offline" and batch is not None and batch > len(dataset):
+    if spec.kind != "offline":  # online agents with a dataset mix it in at their own ratio
+        return
+    batch = agent_config.batch_size  # every offline config has one (the offline loop reads it)
+    if batch > len(dataset):
         raise ConfigError(
             f"{type(agent_config).__name__}.batch_size ({batch}) is larger than the dataset "
             f"{dataset.source} ({len(dataset)} transitions); set --batch-size to at most "
