@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl.buffers import buffer_sample
-from jaxrl.offline import Dataset, load_d4rl, save_d4rl
+from jaxrl.data import Dataset, load_d4rl, save_d4rl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(os.path.dirname(ROOT), "shared", "data", "halfcheetah-sbx100k-v5.hdf5")

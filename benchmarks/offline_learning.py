@@ -22,7 +22,7 @@ import os
 import subprocess
 import sys
 
-from jaxrl.offline import load_d4rl, normalized_score, reference_returns
+from jaxrl.data import load_d4rl, normalized_score, reference_returns
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(os.path.dirname(ROOT), "shared", "data", "halfcheetah-sbx100k-v5.hdf5")

@@ -33,8 +33,8 @@ import time
 import jax
 
 from jaxrl.cli import main as jaxrl
-from jaxrl.logging import read_metrics
-from jaxrl.offline import load_dataset, normalized_score
+from jaxrl.data import load_dataset, normalized_score
+from jaxrl.loops.logging import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = ("sac", "rlpd", "iql", "cal-ql")

@@ -39,7 +39,7 @@ from functools import partial
 from typing import Any
 
 from jaxrl import registry
-from jaxrl.cli import train
+from jaxrl.run import train
 from jaxrl.loops import TrainConfig
 
 WAIT = "wait for the device's update + act, copy the action"
@@ -103,9 +103,9 @@ def isolated_costs(agent_name: str) -> dict[str, float]:
     import numpy as np
     from tqdm import tqdm
 
-    from jaxrl.acting import acting
     from jaxrl.buffers import buffer_add
     from jaxrl.envs import make_env
+    from jaxrl.loops.acting import acting
     from jaxrl.loops.host import _act, _learn, init_loop_state
 
     spec = registry.get(agent_name)

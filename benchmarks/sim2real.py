@@ -76,7 +76,7 @@ def env_rate(env_id: str, num_envs: int, steps: int) -> float:
 def export_latency() -> dict[str, float]:
     """Median milliseconds per 1-observation call of each export format (SAC, 256x256)."""
     from jaxrl import registry
-    from jaxrl.export import PolicySource, export_policy, load_policy
+    from jaxrl.export.policy import PolicySource, export_policy, load_policy
 
     spec = registry.get("sac")
     obs, act = np.zeros(17, np.float32), np.zeros(6, np.float32)

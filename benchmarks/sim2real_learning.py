@@ -1,13 +1,13 @@
 """Does training with domain randomization keep more return outside the training ranges?
 
-Two policies are trained with the project's own loop (``jaxrl.cli.train``, ``--num-seeds``
+Two policies are trained with the project's own loop (``jaxrl.run.train``, ``--num-seeds``
 vmapped seeds in one program, one run directory per seed) on a small Brax MJX task:
 
 * **plain**: the nominal env;
 * **randomized**: the same env with its physics drawn at every reset in the stated training
   ranges (env-id options, ``jaxrl.envs.randomization.Ranges``; every other field off).
 
-Every seed's final policy (its newest checkpoint, restored with ``jaxrl.runs.load_run``) is
+Every seed's final policy (its newest checkpoint, restored with ``jaxrl.run.runs.load_run``) is
 then evaluated with its deterministic policy on the same evaluation keys in the nominal env and
 in a perturbed env whose fixed parameters lie outside the training ranges. Reported per seed:
 nominal return, perturbed return and the fraction kept (perturbed / nominal); means and
@@ -71,7 +71,7 @@ def parse_ranges(text: str) -> dict[str, str]:
 def train_mode(agent: str, train_env: str, out: str, args: argparse.Namespace) -> dict[str, Any]:
     """Train ``args.seeds`` seeds of ``agent`` on ``train_env`` into ``out/s<seed>``."""
     from jaxrl import registry
-    from jaxrl.cli import train
+    from jaxrl.run import train
     from jaxrl.loops.config import TrainConfig
 
     cfg = TrainConfig(
@@ -93,7 +93,7 @@ def train_mode(agent: str, train_env: str, out: str, args: argparse.Namespace) -
 
 
 def seed_dirs(out: str, seeds: int) -> list[str]:
-    """The per-seed run directories ``jaxrl.cli.train`` writes with ``num_seeds`` (s0, s1, ...)."""
+    """The per-seed run directories ``jaxrl.run.train`` writes with ``num_seeds`` (s0, s1, ...)."""
     return [os.path.join(out, f"s{i}") for i in range(seeds)] if seeds > 1 else [out]
 
 
@@ -110,9 +110,9 @@ class Evaluator:
         observation normalization with the run's training statistics when the agent uses it),
         but from ``eval_env_id``. Every run gets the same evaluation key.
         """
-        from jaxrl.acting import acting
-        from jaxrl.evaluation import evaluate_jax
-        from jaxrl.runs import make_jax_envs
+        from jaxrl.loops.acting import acting
+        from jaxrl.loops.evaluation import evaluate_jax
+        from jaxrl.run.runs import make_jax_envs
 
         if eval_env_id not in self._fns:
             _, env = make_jax_envs(eval_env_id, 1, self.episodes, run.agent_config, spec)
@@ -127,7 +127,7 @@ class Evaluator:
 def evaluate_mode(out: str, envs: dict[str, str], ev: Evaluator, seeds: int) -> list[dict]:
     """Per seed of ``out``: mean return in each of ``envs`` (name -> id) and fraction kept."""
     from jaxrl import registry
-    from jaxrl.runs import load_run
+    from jaxrl.run.runs import load_run
 
     rows = []
     for d in seed_dirs(out, seeds):
@@ -160,7 +160,7 @@ def write_results(result: dict[str, Any], out_dir: str) -> None:
         f"Machine: {result['meta']['machine']}, jax {result['meta']['jax']}. "
         f"{a['agent'].upper()} (default config) on `brax:{a['task']}` (MJX), {a['num_envs']} envs, "
         f"{a['total_steps']:,} env steps per seed, seeds 0-{a['seeds'] - 1} vmapped in one "
-        f"program per mode (`jaxrl.cli.train`, `num_seeds={a['seeds']}`). Each seed's final "
+        f"program per mode (`jaxrl.run.train`, `num_seeds={a['seeds']}`). Each seed's final "
         f"policy (deterministic) is evaluated on {a['episodes']} episodes (the same evaluation "
         "key for every run) in the nominal env and in the perturbed env. 'kept' = perturbed / "
         "nominal return.",

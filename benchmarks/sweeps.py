@@ -7,8 +7,8 @@ Two cases, each measured in one process on this machine, one after the other:
 * ``iql``: IQL on the shared HalfCheetah-v5 dataset (``../shared/data/``, 100k rows; paper
   networks), ``expectile`` x ``actor_lr`` (2 x 2) x 4 seeds, evaluated on HalfCheetah-v5.
 
-"vmapped" is ``jaxrl.sweeps.sweep`` (one program per chunk length for all 16 members).
-"sequential" is ``jaxrl.cli.train`` called 16 times in the same process, as a user's loop over
+"vmapped" is ``jaxrl.tune.grid.sweep`` (one program per chunk length for all 16 members).
+"sequential" is ``jaxrl.run.train`` called 16 times in the same process, as a user's loop over
 settings and seeds would: runs that share a config (the seeds of one setting) reuse the
 compiled programs, so this is the sequential baseline's best case. Both include compilation,
 dataset loading and the evaluations.
@@ -37,8 +37,9 @@ import time
 import jax
 
 from jaxrl import registry
-from jaxrl.cli import parse_train_args, train
-from jaxrl.sweeps import parse_grid, settings, sweep
+from jaxrl.cli import parse_train_args
+from jaxrl.run import train
+from jaxrl.tune.grid import parse_grid, settings, sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(os.path.dirname(ROOT), "shared", "data", "halfcheetah-sbx100k-v5.hdf5")
@@ -140,7 +141,7 @@ def write(rows: list[dict], out: str) -> None:
         "# Sweeps: 16 members vmapped in one program vs 16 sequential runs",
         "",
         f"Machine: {meta['machine']}, jax {meta['jax']}. Both include compilation, data loading "
-        "and evaluation; the sequential runs are `jaxrl.cli.train` in one process (the seeds of "
+        "and evaluation; the sequential runs are `jaxrl.run.train` in one process (the seeds of "
         "a setting reuse its compiled programs).",
         "",
         "| case | members | steps each | programs | vmapped (s) | sequential (s) | speedup |",

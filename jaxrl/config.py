@@ -17,15 +17,13 @@ import dataclasses
 import math
 from typing import Any, Literal, get_args
 
+from jaxrl.errors import ConfigError
+
 RewardNormalization = Literal["none", "return_range"]
 """How an offline agent scales rewards: not at all, or by episode length / episode-return range."""
 
 REWARD_NORMALIZATIONS: tuple[str, ...] = get_args(RewardNormalization)
 """Accepted values of ``OfflineFields.reward_normalization``."""
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the field and the accepted range."""
 
 
 def _flag(name: str) -> str:

@@ -18,7 +18,7 @@ import tyro
 import jaxrl
 from jaxrl import registry
 from jaxrl.agents import PPOConfig, SACConfig, TD3Config
-from jaxrl.runs import make_jax_envs
+from jaxrl.run.runs import make_jax_envs
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,8 @@ from __future__ import annotations
 import argparse
 
 from jaxrl import registry
-from jaxrl.cli import parse_train_args, train
+from jaxrl.cli import parse_train_args
+from jaxrl.run import train
 from jaxrl.loops import TrainConfig
 
 # This script's loop defaults (gradient steps); every one can be overridden on the command line.

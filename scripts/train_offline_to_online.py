@@ -30,7 +30,7 @@ import dataclasses
 from jaxrl import registry
 from jaxrl.cli import parse_train_args
 from jaxrl.loops import TrainConfig, default_out
-from jaxrl.offline.finetune import pretrain, start_run, train_online
+from jaxrl.run.finetune import pretrain, start_run, train_online
 
 # This script's loop defaults; every one can be overridden on the command line.
 DEFAULTS = TrainConfig(

@@ -25,7 +25,7 @@ from jaxrl import registry
 from jaxrl.agents import PETSConfig, TDMPC2Config
 from jaxrl.loops.plan import PlanRunConfig, plan_run
 from jaxrl.planners import PlannerConfig
-from jaxrl.runs import make_jax_envs
+from jaxrl.run.runs import make_jax_envs
 
 
 @dataclasses.dataclass(frozen=True)

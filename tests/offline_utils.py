@@ -14,7 +14,7 @@ seed and the machine (3,300 to 8,700 steps over seeds 0-4) and happens within a 
 steps, and in that stretch the stochastic and deterministic returns of one policy differ by up
 to 150. Measured on seed 0: data scoring 28-32 held so few swing-ups that IQL, IDQL, FQL and
 TD3+BC could not improve on it; data scoring 82 left too small a gap to the expert for FQL.
-``jaxrl.offline.collect`` rolls the policies out on Pendulum-v1 and writes D4RL-format files,
+``jaxrl.run.collect`` rolls the policies out on Pendulum-v1 and writes D4RL-format files,
 which are read back with ``load_dataset``. Everything is seeded; it runs once per cache key
 (~2-3 min on 2 cores).
 
@@ -41,12 +41,12 @@ import numpy as np
 from jaxrl import registry
 from jaxrl.agents import SACConfig
 from jaxrl.buffers import buffer_from_arrays, buffer_sample
+from jaxrl.data import Dataset, load_dataset, save_d4rl
 from jaxrl.envs import make_env
-from jaxrl.evaluation import evaluate
 from jaxrl.loops import TrainConfig, prepare_run_dir, run_config, train_fused
-from jaxrl.offline import Dataset, load_dataset, save_d4rl
-from jaxrl.offline.collect import collect, policy_return, rollout
-from jaxrl.runs import load_run, make_jax_envs
+from jaxrl.loops.evaluation import evaluate
+from jaxrl.run.collect import collect, policy_return, rollout
+from jaxrl.run.runs import load_run, make_jax_envs
 from jaxrl.types import Transition
 
 PENDULUM_STEPS = 20_000

@@ -9,7 +9,7 @@ import pytest
 
 from jaxrl import registry
 from jaxrl.agents import SAC, SACConfig, TD3Config
-from jaxrl.cli import train
+from jaxrl.run import train
 from jaxrl.loops import TrainConfig
 from jaxrl.types import Transition
 

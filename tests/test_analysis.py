@@ -8,7 +8,7 @@ import pytest
 from scipy.stats import trim_mean
 
 from jaxrl import cli
-from jaxrl.analysis import (
+from jaxrl.analysis.curves import (
     bootstrap_ci,
     find_runs,
     group_runs,

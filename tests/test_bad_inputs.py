@@ -30,10 +30,10 @@ import pytest
 
 import jaxrl
 from jaxrl import registry
-from jaxrl.checkpoint import Checkpointer
 from jaxrl.cli import main
 from jaxrl.config import ConfigError
-from jaxrl.offline import Dataset, DatasetError, load_dataset, save_d4rl
+from jaxrl.data import Dataset, DatasetError, load_dataset, save_d4rl
+from jaxrl.loops.checkpoint import Checkpointer
 
 JAXRL_DIR = os.path.dirname(os.path.abspath(jaxrl.__file__))
 QUIET = ["--no-progress", "--no-tensorboard", "--eval-episodes", "1"]
@@ -68,7 +68,7 @@ class Ctx:
 
     def copy_run(self, kind: str, name: str = "run") -> str:
         """A private copy of the tiny ``sac`` (online) or ``bc`` (offline) run."""
-        from jaxrl.logging import write_json
+        from jaxrl.loops.logging import write_json
 
         dst = self.path(name)
         shutil.copytree(self.runs[kind], dst)
@@ -433,7 +433,7 @@ def _config_file(text: str) -> Callable[[Ctx], list[str]]:
 
 
 def _parse_grid(*specs: str) -> Callable[[Ctx], Callable[[], Any]]:
-    from jaxrl.sweeps import parse_grid
+    from jaxrl.tune.grid import parse_grid
 
     return lambda ctx: lambda: parse_grid(list(specs), registry.get("sac").config)
 

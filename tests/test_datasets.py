@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from jaxrl.offline import (
+from jaxrl.data import (
     Dataset,
     DatasetError,
     load_d4rl,
@@ -274,7 +274,7 @@ def test_reference_halfcheetah_file_from_another_library():
 
 
 def test_random_collection_is_reproducible_and_has_real_transitions(tmp_path):
-    from jaxrl.offline.collect import collect
+    from jaxrl.run.collect import collect
 
     kwargs = dict(ref_max_return=-150.0, ref_episodes=2)
     a = collect("Pendulum-v1", "random", 450, seed=4, **kwargs)
@@ -295,7 +295,7 @@ def test_random_collection_is_reproducible_and_has_real_transitions(tmp_path):
 
 
 def test_collect_rejects_bad_requests():
-    from jaxrl.offline.collect import collect
+    from jaxrl.run.collect import collect
 
     with pytest.raises(DatasetError, match="Unknown dataset kind"):
         collect("Pendulum-v1", "mediocre", 10)

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from jaxrl.checkpoint import Checkpointer
 from jaxrl.cli import main
+from jaxrl.loops.checkpoint import Checkpointer
 
 ARGS = ["sac", "--env", "jax:pendulum", "--num-envs", "2", "--total-steps", "300"]
 ARGS += ["--learning-starts", "50", "--eval-every", "300", "--checkpoint-every", "100"]

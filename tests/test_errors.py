@@ -10,9 +10,9 @@ import pytest
 
 from jaxrl import cli, registry
 from jaxrl.agents import SACConfig, TD3Config
-from jaxrl.checkpoint import Checkpointer, CheckpointError
 from jaxrl.config import ConfigError
 from jaxrl.envs import EnvError, make_env
+from jaxrl.loops.checkpoint import Checkpointer, CheckpointError
 
 # ------------------------------------------------------------------------------------ environments
 

@@ -1,7 +1,7 @@
 """Policy export (``jaxrl export``): ONNX, numpy and JAX artifacts against the JAX policy.
 
 The reference every export is compared with is computed here from its parts (normalizer,
-``agent.eval_actions``, action rescaling), not with ``jaxrl.export.policy_function``.
+``agent.eval_actions``, action rescaling), not with ``jaxrl.export.policy.policy_function``.
 """
 
 import dataclasses
@@ -18,7 +18,7 @@ import pytest
 from jaxrl import registry
 from jaxrl.cli import main
 from jaxrl.envs.wrappers import RunningStats
-from jaxrl.export import (
+from jaxrl.export.policy import (
     CONTRACT_VERSION,
     FORMATS,
     PolicySource,
@@ -27,7 +27,7 @@ from jaxrl.export import (
     load_policy,
 )
 from jaxrl.offline.common import DataNorm
-from jaxrl.runs import load_run
+from jaxrl.run.runs import load_run
 
 OBS, ACT = 5, 3
 LOW = np.array([-2.0, -1.0, 0.0], np.float32)
@@ -131,8 +131,8 @@ def _converter_probe(x):
 def test_converter_ops_against_jax():
     import onnxruntime as ort
 
-    from jaxrl import export_runtime_numpy
-    from jaxrl.export import to_onnx, to_program
+    from jaxrl.export import runtime_numpy as export_runtime_numpy
+    from jaxrl.export.policy import to_onnx, to_program
 
     x = jax.ShapeDtypeStruct(jax.export.symbolic_shape("b, 4"), jnp.float32)
     program, consts = to_program(jax.make_jaxpr(_converter_probe)(x))
@@ -300,9 +300,9 @@ def _ppo_run(run):
     Written with the loops' own pieces instead of by training (which compiles PPO's update
     for ~15 s); ``load_run`` restores it exactly as a trained run.
     """
-    from jaxrl.checkpoint import Checkpointer
     from jaxrl.loops import TrainConfig, init_fused_state, prepare_run_dir, run_config
-    from jaxrl.runs import make_jax_envs
+    from jaxrl.loops.checkpoint import Checkpointer
+    from jaxrl.run.runs import make_jax_envs
 
     spec = registry.get("ppo")
     agent_cfg = spec.config(policy_hidden_dims=(8, 8), value_hidden_dims=(8,))

@@ -9,10 +9,11 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl.checkpoint import Checkpointer
-from jaxrl.cli import main, parse_train_args, train
-from jaxrl.logging import read_metrics
+from jaxrl.cli import main, parse_train_args
+from jaxrl.run import train
 from jaxrl.loops import init_fused_state
+from jaxrl.loops.checkpoint import Checkpointer
+from jaxrl.loops.logging import read_metrics
 
 TINY_SAC = [
     "--hidden-dims", "32", "32",
@@ -29,7 +30,7 @@ def _train(argv, agent="sac"):
 
 def _restore(out, agent_cfg, train_cfg, agent="sac"):
     from jaxrl import registry
-    from jaxrl.runs import make_jax_envs
+    from jaxrl.run.runs import make_jax_envs
 
     spec = registry.get(agent)
     env, _ = make_jax_envs(train_cfg.env, train_cfg.num_envs, 1, agent_cfg, spec)

@@ -17,7 +17,7 @@ from jaxrl import registry
 from jaxrl.cli import parse_train_args
 from jaxrl.loops import fused
 from jaxrl.loops.harness import strongly_typed
-from jaxrl.runs import make_jax_envs
+from jaxrl.run.runs import make_jax_envs
 
 CAPACITY = 100_003
 """A buffer size no other array dimension has, so a shape holding it is (part of) the buffer."""

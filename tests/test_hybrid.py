@@ -15,11 +15,11 @@ import pytest
 from flax import struct
 
 from jaxrl.buffers import buffer_from_arrays, make_replay_buffer, sample_minibatches
+from jaxrl.data.dataset import Dataset
 from jaxrl.episodes import EpisodeTracker, monte_carlo_returns
 from jaxrl.loops import TrainConfig
 from jaxrl.loops.host import _learn, _Rows, _Sampler, _update_step
 from jaxrl.offline.cql import CQL, CalQLConfig, calibrate
-from jaxrl.offline.dataset import Dataset
 from jaxrl.types import Transition
 
 # ------------------------------------------------------------------------------ Monte-Carlo returns
@@ -50,7 +50,7 @@ def test_dataset_buffer_carries_mc_returns_scaled_like_rewards():
     cfg = CalQLConfig(hidden_dims=(8,), discount=0.5, reward_normalization="return_range")
     agent = CQL.create(cfg, obs[0], np.zeros(1, np.float32), 0)
     from jaxrl import registry
-    from jaxrl.offline.common import prepare_offline
+    from jaxrl.run.offline import prepare_offline
 
     agent, data = prepare_offline(registry.get("cal-ql"), agent, ds)
     np.testing.assert_allclose(data.data.mc_return, [1.75, 1.5, 1.0, 3.0, 2.0, 3.0])
@@ -151,9 +151,9 @@ class _Recorder(struct.PyTreeNode):
 
 
 def test_online_loop_fills_next_actions_and_mc_returns_of_finished_episodes(tmp_path):
-    from jaxrl.checkpoint import Checkpointer
     from jaxrl.envs import make_env
     from jaxrl.loops import init_loop_state, prepare_run_dir, train_host
+    from jaxrl.loops.checkpoint import Checkpointer
     from jaxrl.registry import AgentSpec
 
     env, eval_env = make_env("Pendulum-v1", 1), make_env("Pendulum-v1", 1)
@@ -250,7 +250,7 @@ def test_rlpd_with_expert_data_reaches_the_threshold_before_sac(tmp_path, record
     250 steps), and reached -400 at 2,500 in the test, SAC at 3,000.
     """
     from jaxrl.agents import RLPDConfig, SACConfig
-    from jaxrl.cli import train
+    from jaxrl.run import train
     from tests.offline_utils import learning_seed, pendulum_dataset
 
     path = pendulum_dataset("expert").source

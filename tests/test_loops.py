@@ -89,8 +89,8 @@ class _Diverging(struct.PyTreeNode):
 def test_offline_loop_records_the_nonfinite_count_at_log_points(tmp_path, capsys):
     from jaxrl.buffers import buffer_from_arrays
     from jaxrl.envs import make_env
-    from jaxrl.logging import read_metrics
     from jaxrl.loops import prepare_run_dir, train_offline
+    from jaxrl.loops.logging import read_metrics
     from jaxrl.types import Transition
 
     n = 32
@@ -161,7 +161,7 @@ class _Constant(struct.PyTreeNode):
 
 def test_host_evaluation_compiles_the_policy_once():
     from jaxrl.envs import make_env
-    from jaxrl.evaluation import evaluate
+    from jaxrl.loops.evaluation import evaluate
 
     env = make_env("Pendulum-v1", 2)
     TRACES.clear()
@@ -220,8 +220,8 @@ def test_resumed_settings_replace_config_json_only_after_the_restore(tmp_path):
     """A longer budget is written beside config.json and committed by a resume that works."""
     import json
 
-    from jaxrl.checkpoint import Checkpointer
     from jaxrl.loops import prepare_run_dir
+    from jaxrl.loops.checkpoint import Checkpointer
     from jaxrl.loops.harness import Harness
 
     def recorded(out: str) -> int:

@@ -14,11 +14,11 @@ import time
 import numpy as np
 import pytest
 
-from jaxrl.checkpoint import Checkpointer
 from jaxrl.cli import EXIT_DIVERGED, EXIT_STOPPED, main
+from jaxrl.data import Dataset, save_d4rl
 from jaxrl.envs import HostEnv
-from jaxrl.logging import read_metrics
-from jaxrl.offline import Dataset, save_d4rl
+from jaxrl.loops.checkpoint import Checkpointer
+from jaxrl.loops.logging import read_metrics
 
 TINY = ["--hidden-dims", "16", "16", "--no-progress", "--no-tensorboard", "--eval-episodes", "1"]
 
@@ -79,7 +79,7 @@ def test_nan_reward_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, m
     import jax
     import jax.numpy as jnp
 
-    from jaxrl.runs import load_run
+    from jaxrl.run.runs import load_run
 
     leaves = jax.tree.leaves(load_run(out).agent)
     floats = [x for x in leaves if jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating)]

@@ -94,7 +94,7 @@ def test_collect_then_train_iql_from_the_command_line(tmp_path, capsys):
 
 
 def test_offline_command_line_errors(tmp_path, capsys):
-    from jaxrl.offline import Dataset, save_d4rl
+    from jaxrl.data import Dataset, save_d4rl
 
     with pytest.raises(SystemExit) as exc:
         main(["train", "iql", "--env", "Pendulum-v1", "--total-steps", "10"])
@@ -136,7 +136,7 @@ def test_offline_command_line_errors(tmp_path, capsys):
 def test_dataset_info_takes_the_env_when_the_file_names_none(tmp_path, capsys):
     import numpy as np
 
-    from jaxrl.offline import Dataset, save_d4rl
+    from jaxrl.data import Dataset, save_d4rl
 
     # Two 3-step episodes with returns 3 and 6, no env id in the file (as in D4RL's own files).
     obs = np.zeros((6, 4), np.float32)
@@ -155,8 +155,8 @@ def test_dataset_info_takes_the_env_when_the_file_names_none(tmp_path, capsys):
 def test_env_flag_scores_a_file_without_env_and_evals_land_on_their_steps(tmp_path, capsys):
     import numpy as np
 
-    from jaxrl.offline import Dataset, save_d4rl
-    from jaxrl.offline.collect import collect
+    from jaxrl.data import Dataset, save_d4rl
+    from jaxrl.run.collect import collect
 
     # Random Hopper-v5 data written without an env id, as D4RL's own files are.
     ds = collect("Hopper-v5", "random", 300, seed=0)

@@ -312,7 +312,8 @@ def test_pets_learns_jax_pendulum_in_the_fused_loop(tmp_path, capsys, record_pro
     # episode (step 400; seeds 0-4, 8, 9) and flat from 600 to 1,200 steps: 600 leaves a margin.
     from offline_utils import learning_seed
 
-    from jaxrl.cli import main, parse_train_args, train
+    from jaxrl.cli import main, parse_train_args
+    from jaxrl.run import train
 
     out = str(tmp_path / "pets")
     argv = [

@@ -12,11 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl.checkpoint import Checkpointer
 from jaxrl.config import OffPolicyFields
 from jaxrl.envs import make_env
-from jaxrl.logging import read_metrics
 from jaxrl.loops import TrainConfig, init_loop_state, prepare_run_dir, run_config, train_host
+from jaxrl.loops.checkpoint import Checkpointer
+from jaxrl.loops.logging import read_metrics
 from jaxrl.registry import AgentSpec
 
 EPISODE = 6

@@ -253,7 +253,7 @@ def test_vmap_over_envs():
 
 def test_plan_state_checkpoints(tmp_path):
     """The plan carry saves and restores with jaxrl's Checkpointer (it is a plain pytree)."""
-    from jaxrl.checkpoint import Checkpointer
+    from jaxrl.loops.checkpoint import Checkpointer
 
     cfg = PlannerConfig(horizon=2, num_samples=8, num_elites=2, iterations=1)
     state = PlanState(jnp.arange(30, dtype=jnp.float32).reshape(5, 2, 3))
@@ -336,7 +336,7 @@ def test_cli_plan_writes_run_directory(tmp_path, capsys):
     import json
 
     from jaxrl.cli import main
-    from jaxrl.logging import read_metrics
+    from jaxrl.loops.logging import read_metrics
 
     out = tmp_path / "plan"
     argv = ["plan", "--env", "jax:pendulum?episode_length=20", "--episodes", "2", "--out"]

@@ -40,8 +40,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl.checkpoint import Checkpointer
-from jaxrl.runs import load_run
+from jaxrl.loops.checkpoint import Checkpointer
+from jaxrl.run.runs import load_run
 
 # 13 subprocesses of `jaxrl train` (4 uninterrupted, 6 killed, 3 resumed to the end): about
 # 150 s of CPU, so 1-3 minutes on 2 cores.
@@ -83,7 +83,7 @@ if at is not None:
 
         Harness.advance = hooked_advance
     elif place == "log":
-        from jaxrl.logging import RunLogger
+        from jaxrl.loops.logging import RunLogger
 
         log = RunLogger.log
 
@@ -96,7 +96,7 @@ if at is not None:
     elif place == "save":
         from orbax.checkpoint._src.path import atomicity
 
-        from jaxrl.checkpoint import Checkpointer
+        from jaxrl.loops.checkpoint import Checkpointer
 
         save, finalize, saving = Checkpointer.save, atomicity.AtomicRenameTemporaryPath.finalize, []
 
@@ -192,7 +192,7 @@ def child_env(tmp_path_factory):
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     """300 random InvertedPendulum-v5 transitions (a MuJoCo env, so the online phase is savable)."""
-    from jaxrl.offline import Dataset, save_d4rl
+    from jaxrl.data import Dataset, save_d4rl
 
     n, rng = 300, np.random.default_rng(0)
     obs = rng.normal(0.0, 0.2, (n, 4)).astype(np.float32)

@@ -78,7 +78,7 @@ def test_cli_sets_the_actor_width_exports_the_policy_part(tmp_path, capsys):
     main([*argv, *small, *nets, "--eval-episodes", "2", "--out", out, "--no-progress"])
     with open(os.path.join(out, "config.json")) as f:
         assert json.load(f)["agent_config"]["actor_observation_size"] == 3
-    from jaxrl.export import export_run, load_policy, source_from_run
+    from jaxrl.export.policy import export_run, load_policy, source_from_run
 
     path = export_run(out, "numpy")
     policy = load_policy(path, obs_size=3)
@@ -89,7 +89,7 @@ def test_cli_sets_the_actor_width_exports_the_policy_part(tmp_path, capsys):
     src = source_from_run(out)
     obs = np.random.default_rng(0).normal(size=(16, 3)).astype(np.float32)
     # The trained agent on the full layout (privileged part arbitrary), normalizer as in eval.
-    from jaxrl.runs import load_run
+    from jaxrl.run.runs import load_run
 
     run = load_run(out)
     full = np.concatenate([obs, np.full((16, 3), 7.0, np.float32)], 1)
@@ -120,7 +120,7 @@ def test_refusals(tmp_path, capsys):
 
 
 def test_contract_control_period_counts_decimation():
-    from jaxrl.export import _sim2real_options
+    from jaxrl.export.policy import _sim2real_options
 
     assert _sim2real_options("HalfCheetah-v5") == {}
     options = _sim2real_options("HalfCheetah-v5?decimation=2&obs_noise=0.1&episode_length=5")

@@ -15,7 +15,7 @@ import optax
 import pytest
 from flax.training.train_state import TrainState
 
-from jaxrl.offline import Dataset, save_d4rl
+from jaxrl.data import Dataset, save_d4rl
 
 
 def _dataset(path: str, env_id: str, n: int = 400, speed: float = 8.0, seed: int = 0) -> str:
@@ -54,7 +54,7 @@ def test_finetune_of_a_finished_offline_run_trains_every_network_online(tmp_path
     with the offline phase (its horizon = the offline steps, saved in config.json), yet every
     network, the actor included, moves online (the IQL authors fine-tune at a constant rate)."""
     from jaxrl.cli import main
-    from jaxrl.runs import load_run
+    from jaxrl.run.runs import load_run
 
     path = _dataset(str(tmp_path / "data.hdf5"), "Pendulum-v1")
     out = str(tmp_path / "iql")
@@ -109,7 +109,7 @@ def test_online_agent_trains_every_network_of_an_agent_with_a_schedule(agent, co
     pretrained leaf (parameters, Adam's moments and count, data statistics) carries over."""
     from jaxrl import registry
     from jaxrl.loops import TrainConfig
-    from jaxrl.runs import online_agent, online_config
+    from jaxrl.run.runs import online_agent, online_config
 
     spec = registry.get(agent)
     cfg = spec.config(**config, max_steps=10, utd_ratio=2)
@@ -138,8 +138,8 @@ def test_offline_agent_on_a_jax_env_is_evaluated_on_raw_observations(tmp_path, c
     ``jaxrl eval`` and ``dataset collect --policy`` load it."""
     from jaxrl.cli import main
     from jaxrl.envs.jax_envs import make_jax_env
-    from jaxrl.evaluation import evaluate_jax
-    from jaxrl.runs import load_run
+    from jaxrl.loops.evaluation import evaluate_jax
+    from jaxrl.run.runs import load_run
 
     env_id = "jax:pendulum?g=100&max_speed=100&max_torque=20"
     path = _dataset(str(tmp_path / "fast.hdf5"), env_id, speed=30.0)
@@ -173,7 +173,7 @@ def test_offline_agent_on_a_jax_env_is_evaluated_on_raw_observations(tmp_path, c
     np.testing.assert_allclose(logged, raw(seed + 10_000), rtol=1e-4)
     np.testing.assert_allclose(result["return_mean"], raw(seed + 20_000), rtol=1e-4)
 
-    from jaxrl.offline.collect import collect
+    from jaxrl.run.collect import collect
 
     ds = collect("Pendulum-v1", "medium", 20, policy=out, ref_min_return=-1.0, ref_max_return=0.0)
     assert len(ds) == 20 and ds.metadata["algorithm"] == "bc"

@@ -13,9 +13,9 @@ import pytest
 from jaxrl import registry
 from jaxrl.cli import main, parse_train_args
 from jaxrl.config import ConfigError
+from jaxrl.data import Dataset, save_d4rl
 from jaxrl.loops import fused
-from jaxrl.offline import Dataset, save_d4rl
-from jaxrl.sweeps import classify, parse_grid, plan
+from jaxrl.tune.grid import classify, parse_grid, plan
 
 TINY_JAX = [
     "--env", "jax:pendulum", "--num-envs", "2", "--hidden-dims", "32", "32",

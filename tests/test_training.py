@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from jaxrl import registry
-from jaxrl.checkpoint import Checkpointer
-from jaxrl.cli import main, train
+from jaxrl.cli import main
+from jaxrl.run import train
 from jaxrl.envs import HostEnv, make_env
-from jaxrl.logging import read_metrics
 from jaxrl.loops import TrainConfig, init_loop_state
+from jaxrl.loops.checkpoint import Checkpointer
+from jaxrl.loops.logging import read_metrics
 
 
 class CounterEnv(gym.Env):

@@ -1,4 +1,4 @@
-"""Sweeps (jaxrl.tuning): search specs, Optuna studies, Ray Tune trials, PBT's state transplant.
+"""Sweeps (jaxrl.tune): search specs, Optuna studies, Ray Tune trials, PBT's state transplant.
 
 Every trial is a tiny SAC run on Pendulum-v1 (400 env steps, evaluations at 200 and 400). The
 learning rates and tau are pytree leaves, so all trials compile the same programs: a persistent
@@ -21,8 +21,9 @@ from jax.experimental.compilation_cache import compilation_cache
 
 import jaxrl
 from jaxrl import registry
-from jaxrl.cli import parse_train_args, train
-from jaxrl.tuning import (
+from jaxrl.cli import parse_train_args
+from jaxrl.run import train
+from jaxrl.tune import (
     Param,
     apply_settings,
     check_pbt_search,
@@ -173,7 +174,7 @@ def test_second_process_joins_the_study(study, cache_env):
     assert len(before) == 4
     code = (
         "from jaxrl.cli import parse_train_args; from jaxrl import registry; "
-        "from jaxrl.tuning import optuna_sweep, parse_search; "
+        "from jaxrl.tune import optuna_sweep, parse_search; "
         f"t, a = parse_train_args('sac', {ARGS!r}); "
         f"s = parse_search({SEARCH!r}, registry.get('sac').config); "
         f"optuna_sweep('sac', t, a, s, trials=1, out_root={str(out)!r}, storage={storage!r}, "
@@ -230,7 +231,7 @@ def test_optuna_sweep_argument_errors(tmp_path):
 
 
 def test_transplant_takes_the_donor_state_and_the_new_settings(study, tmp_path, cache_env):
-    from jaxrl.runs import load_run
+    from jaxrl.run.runs import load_run
 
     _, summary = study
     donor_dir = summary["best_run_dir"]

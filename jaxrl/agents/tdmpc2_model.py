@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -20,8 +20,8 @@ import optax
 from jaxrl import networks as nets
 from jaxrl import rl
 
-if TYPE_CHECKING:
-    from jaxrl.agents.tdmpc2 import TDMPC2, TDMPC2Config
+# The agent and its config are passed in (typed Any): importing them here would make this
+# module and ``tdmpc2`` import each other.
 
 
 def heuristic_discount(
@@ -39,7 +39,7 @@ def seed_steps(episode_length: int) -> int:
     return max(1000, 5 * int(episode_length))
 
 
-def tdmpc2_env_defaults(config: TDMPC2Config, episode_length: int) -> dict[str, float | int]:
+def tdmpc2_env_defaults(config: Any, episode_length: int) -> dict[str, float | int]:
     """The settings the authors derive from the env: discount and seed (warm-up) steps.
 
     The registry hands this to the command line, which applies it to the fields left at their
@@ -56,7 +56,7 @@ def tdmpc2_env_defaults(config: TDMPC2Config, episode_length: int) -> dict[str, 
 
 
 @functools.cache
-def make_modules(config: TDMPC2Config, action_dim: int) -> dict[str, nn.Module]:
+def make_modules(config: Any, action_dim: int) -> dict[str, nn.Module]:
     """The networks of the authors' ``WorldModel`` for state observations, by name.
 
     All are ``NormedMLP`` (LayerNorm, Mish, N(0, 0.02^2) weights); encoder and dynamics end in
@@ -112,7 +112,7 @@ def adam(
 # ------------------------------------------------------------------------------ latent rollouts
 
 
-def prior_actions(agent: TDMPC2, z: jax.Array, key: jax.Array) -> jax.Array:
+def prior_actions(agent: Any, z: jax.Array, key: jax.Array) -> jax.Array:
     """``num_pi_trajs`` action sequences ``[N, H, A]`` of the policy prior rolled out from ``z``."""
     params, c = agent.model.params, agent.config
 
@@ -125,7 +125,7 @@ def prior_actions(agent: TDMPC2, z: jax.Array, key: jax.Array) -> jax.Array:
     return actions.swapaxes(0, 1)
 
 
-def plan_value(agent: TDMPC2, z: jax.Array, actions: jax.Array, key: jax.Array) -> jax.Array:
+def plan_value(agent: Any, z: jax.Array, actions: jax.Array, key: jax.Array) -> jax.Array:
     """Discounted predicted rewards + discount^H * Q(z_H, pi(z_H)) (2 random Qs' mean).
 
     The value by which MPPI ranks the action sequences ``actions [n, H, A]`` from latent ``z``;

@@ -18,11 +18,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from jaxrl.errors import EnvError
+
 EnvFactory = Callable[[], gym.Env]
-
-
-class EnvError(ValueError):
-    """An environment id or space is unusable; the message says why and what to use instead."""
 
 
 @functools.cache

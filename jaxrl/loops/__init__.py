@@ -8,30 +8,45 @@
 - ``host_state``: what the host loop keeps on the host between env steps (sampler, episodes).
 - ``fused``: JAX envs, acting, simulating, storing and learning as one XLA program per chunk.
 - ``offline``: gradient steps on a device-resident dataset.
+- ``plan``: model-predictive control on the true simulator (``jaxrl plan``).
+- ``acting`` / ``evaluation``: how a registry entry acts (policy or planner) and evaluation.
+- ``checkpoint`` / ``logging``: atomic orbax checkpoints; metrics, TensorBoard, JSON, plots.
+
+May import: ``jaxrl.registry`` and everything below it; never the run layer or above.
 
 Every loop takes the agent's registry entry (``jaxrl.registry.AgentSpec``).
 """
 
-# ruff: noqa: F401  (re-exports: ``__all__`` extends ``jaxrl._LOOP_NAMES``, which ruff cannot read)
-
-from jaxrl import _LOOP_NAMES
-from jaxrl.evaluation import evaluate, evaluate_jax
 from jaxrl.loops.cadence import Cadence, Points
+from jaxrl.loops.checkpoint import Checkpointer
 from jaxrl.loops.config import TrainConfig, default_out, prepare_run_dir, run_config
 from jaxrl.loops.device import NONFINITE, nonfinite, strongly_typed
+from jaxrl.loops.evaluation import evaluate, evaluate_jax
 from jaxrl.loops.fused import FusedState, init_fused_state, train_fused
 from jaxrl.loops.harness import Harness
 from jaxrl.loops.host import LoopState, init_loop_state, train_host
 from jaxrl.loops.offline import OfflineState, train_offline
 
-# The names ``jaxrl`` re-exports are listed once, in ``jaxrl._LOOP_NAMES``.
 __all__ = [
     "NONFINITE",
     "Cadence",
+    "Checkpointer",
+    "FusedState",
     "Harness",
+    "LoopState",
+    "OfflineState",
     "Points",
+    "TrainConfig",
     "default_out",
+    "evaluate",
+    "evaluate_jax",
+    "init_fused_state",
+    "init_loop_state",
     "nonfinite",
+    "prepare_run_dir",
+    "run_config",
     "strongly_typed",
-    *_LOOP_NAMES,
+    "train_fused",
+    "train_host",
+    "train_offline",
 ]

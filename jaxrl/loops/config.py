@@ -15,7 +15,7 @@ from typing import Any, Literal
 import jax
 
 from jaxrl.config import check_choice, check_positive, check_range, config_to_dict
-from jaxrl.logging import write_json
+from jaxrl.loops.logging import write_json
 
 
 @partial(dataclasses.dataclass, frozen=True)

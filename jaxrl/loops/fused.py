@@ -16,11 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl.acting import acting
 from jaxrl.buffers import BufferState, buffer_add, make_replay_buffer
-from jaxrl.evaluation import evaluate_jax
+from jaxrl.loops.acting import acting
 from jaxrl.loops.config import TrainConfig
 from jaxrl.loops.device import NONFINITE, compile_cache, guarded_update, strongly_typed
+from jaxrl.loops.evaluation import evaluate_jax
 from jaxrl.loops.harness import Harness
 from jaxrl.loops.host import _update_step
 from jaxrl.registry import AgentSpec
@@ -90,7 +90,7 @@ def _off_policy_iteration(
 ) -> tuple[FusedState, tuple[Any, ...]]:
     """Act in every env, step, add the transitions, then ``num_updates`` gradient steps.
 
-    ``explore`` acts (``jaxrl.acting``); ``sequence`` makes minibatches of consecutive steps;
+    ``explore`` acts (``jaxrl.loops.acting``); ``sequence`` makes minibatches of consecutive steps;
     with ``burst``, the iteration where learning starts first runs ``learning_starts`` updates.
     """
     acfg = state.agent.config
@@ -296,7 +296,7 @@ def train_fused(
         outs: one run directory per member (``config.json`` already written).
         seeds: each member's seed (default ``cfg.seed + i``).
         agents: the members' agents stacked on a leading axis, when they differ in more than
-            their seed (a sweep: ``jaxrl.sweeps.member_agents``); default: created from
+            their seed (a sweep: ``jaxrl.tune.grid.member_agents``); default: created from
             ``agent_config`` and the seeds.
 
     Returns:

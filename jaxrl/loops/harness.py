@@ -37,11 +37,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl.checkpoint import Checkpointer
-from jaxrl.logging import RunLogger, write_json
 from jaxrl.loops.cadence import _EVAL_HOOKS, Cadence, Points, StopFlag, on_eval
+from jaxrl.loops.checkpoint import Checkpointer
 from jaxrl.loops.config import TrainConfig, commit_run_config
 from jaxrl.loops.device import NONFINITE, compile_cache, nonfinite, strongly_typed
+from jaxrl.loops.logging import RunLogger, write_json
 
 
 class Harness:

@@ -25,9 +25,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
-from jaxrl.acting import acting
 from jaxrl.buffers import (
     BufferState,
     buffer_gather,
@@ -37,27 +35,14 @@ from jaxrl.buffers import (
     sample_sequences,
 )
 from jaxrl.envs.gym import HostEnv
-from jaxrl.evaluation import evaluator
+from jaxrl.loops.acting import acting
 from jaxrl.loops.config import TrainConfig
 from jaxrl.loops.device import NONFINITE, guarded_update
+from jaxrl.loops.evaluation import evaluator
 from jaxrl.loops.harness import Harness
-from jaxrl.loops.host_state import _Host, _Rows, _Sampler  # noqa: F401  (_Rows: tests import it here)
+from jaxrl.loops.host_state import LoopState, _Host, _Rows, _Sampler  # noqa: F401  (_Rows: tests import it here)
 from jaxrl.registry import AgentSpec
 from jaxrl.types import Transition
-
-
-class LoopState(struct.PyTreeNode):
-    """Device-side loop state (what a checkpoint stores): agent, replay buffer and plan.
-
-    ``nonfinite`` counts the updates after which the agent held a NaN; ``plan`` is a planner's
-    carry between env steps (an empty tuple for policies, see ``jaxrl.acting``). (The minibatch
-    RNG lives on the host, see ``_Sampler``.)
-    """
-
-    agent: Any
-    buffer: BufferState
-    nonfinite: jax.Array = np.int32(0)
-    plan: Any = ()
 
 
 def init_loop_state(spec: AgentSpec, agent: Any, env: HostEnv) -> LoopState:

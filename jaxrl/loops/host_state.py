@@ -11,19 +11,31 @@ from __future__ import annotations
 
 from collections import deque
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
+from flax import struct
 
-from jaxrl.buffers import buffer_add, sequence_offsets_bound, sequence_rows, set_rows
+from jaxrl.buffers import BufferState, buffer_add, sequence_offsets_bound, sequence_rows, set_rows
 from jaxrl.envs.gym import HostEnv
 from jaxrl.episodes import EpisodeTracker, pad_rows
 from jaxrl.registry import AgentSpec
 from jaxrl.types import Transition
 
-if TYPE_CHECKING:
-    from jaxrl.loops.host import LoopState
+
+class LoopState(struct.PyTreeNode):
+    """Device-side loop state (what a checkpoint stores): agent, replay buffer and plan.
+
+    ``nonfinite`` counts the updates after which the agent held a NaN; ``plan`` is a planner's
+    carry between env steps (an empty tuple for policies, see ``jaxrl.loops.acting``). (The minibatch
+    RNG lives on the host, see ``_Sampler``.)
+    """
+
+    agent: Any
+    buffer: BufferState
+    nonfinite: jax.Array = np.int32(0)
+    plan: Any = ()
 
 
 class _Sampler:

@@ -15,9 +15,9 @@ import numpy as np
 from flax import struct
 
 from jaxrl.buffers import BufferState, buffer_sample
-from jaxrl.evaluation import evaluator
 from jaxrl.loops.config import TrainConfig
 from jaxrl.loops.device import NONFINITE, compile_cache, guarded_update, strongly_typed
+from jaxrl.loops.evaluation import evaluator
 from jaxrl.loops.harness import Harness
 from jaxrl.registry import AgentSpec
 
@@ -72,7 +72,7 @@ def train_offline(
 
     Members (a sweep's settings x seeds) train as one vmapped program on the shared dataset:
     pass ``out`` as a list of run directories and ``agent`` stacked on a leading member axis
-    (``jaxrl.sweeps.member_agents``). Each member resumes from its own ``checkpoints`` and
+    (``jaxrl.tune.grid.member_agents``). Each member resumes from its own ``checkpoints`` and
     evaluates on the host in turn.
 
     Args:

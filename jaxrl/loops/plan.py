@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl.config import check_positive, check_range, config_to_dict
-from jaxrl.logging import RunLogger, write_json
+from jaxrl.loops.logging import RunLogger, write_json
 from jaxrl.planners import PlannerConfig, PlanState, ValueFn, init_plan, plan
 
 

@@ -9,7 +9,7 @@ buffer, online fine-tuning, evaluation and exported policies need no extra wrapp
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -18,9 +18,6 @@ from flax import struct
 from jaxrl.buffers import BufferState
 from jaxrl.config import REWARD_NORMALIZATIONS, ConfigError, check_choice, check_range
 from jaxrl.types import Transition
-
-if TYPE_CHECKING:
-    from jaxrl.registry import AgentSpec
 
 
 class DataNorm(struct.PyTreeNode):
@@ -84,33 +81,6 @@ def data_norm(dataset: Any, config: Any) -> DataNorm:
     elif mode not in REWARD_NORMALIZATIONS:
         raise ValueError(f"Unknown reward_normalization {mode!r}; use {REWARD_NORMALIZATIONS}.")
     return norm
-
-
-def with_data_norm(spec: AgentSpec, agent: Any, dataset: Any) -> Any:
-    """``agent`` with its dataset statistics set (``spec.data_norm`` agents; others unchanged)."""
-    if spec.data_norm:
-        return agent.replace(norm=data_norm(dataset, agent.config))
-    return agent
-
-
-def prepare_offline(
-    spec: AgentSpec, agent: Any, dataset: Any, action_low: Any = -1.0, action_high: Any = 1.0
-) -> tuple[Any, BufferState]:
-    """Set the agent's dataset statistics and put the dataset in a device buffer.
-
-    Args:
-        spec: the agent's registry entry: ``data_norm`` agents get the dataset's statistics
-            (online agents trained on data, e.g. RLPD, are returned unchanged); the buffer
-            carries ``next_action`` for ``needs_next_action`` (ReBRAC) and ``mc_return`` for
-            ``needs_mc_return`` (Cal-QL).
-        agent: the freshly created agent.
-        dataset: the ``Dataset``.
-        action_low: the env's lower action bounds (the buffer holds actions in ``[-1, 1]``).
-        action_high: the env's upper action bounds.
-    """
-    agent = with_data_norm(spec, agent, dataset)
-    discount = float(agent.config.discount) if spec.needs_mc_return else None
-    return agent, dataset.buffer(action_low, action_high, spec.needs_next_action, discount)
 
 
 def check_generative_config(config: Any) -> None:

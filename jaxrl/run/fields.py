@@ -1,0 +1,148 @@
+"""Which agent-config fields a sweep can vary inside one vmapped program (leaves) and which not.
+
+A field is a **leaf** when changing it changes only leaf values of a created agent, with the
+same shapes, and no loop reads it; every other field is **static** (see ``jaxrl.tune.grid``).
+The classification is made by creating agents, so it holds for any registered agent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl.config import ConfigError
+from jaxrl.registry import AgentSpec
+
+LOOP_FIELDS = (
+    "buffer_size",
+    "batch_size",
+    "utd_ratio",
+    "learning_starts",
+    "normalize_observations",
+)
+"""Agent-config fields the training loops read: always static."""
+
+
+def format_value(v: Any) -> str:
+    """A grid value as it appears in setting labels and messages (tuples as ``256:256``)."""
+    if isinstance(v, tuple):
+        return ":".join(map(str, v))
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+# ------------------------------------------------------------------------- leaf or static
+
+
+def loop_fields(spec: AgentSpec) -> set[str]:
+    """The agent-config fields the loops read for ``spec`` (static whatever create does)."""
+    fields = set(LOOP_FIELDS) | {spec.horizon_field, spec.sequence_field} - {None}
+    if spec.needs_mc_return:
+        fields.add("discount")  # the dataset's Monte-Carlo returns are computed with it
+    return fields
+
+
+def graft(agent: Any, config: Any) -> Any:
+    """``agent`` carrying ``config`` as its static field (its leaves unchanged)."""
+    return agent.replace(config=config)
+
+
+def _raw(x: Any) -> np.ndarray:
+    """A leaf as numpy (PRNG keys as their key data)."""
+    x = jnp.asarray(x)
+    if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+        x = jax.random.key_data(x)
+    return np.asarray(x)
+
+
+def _layout(tree: Any) -> list[tuple]:
+    """Every leaf's path, shape and dtype (static fields such as optimizers are left out)."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return [(path, jnp.shape(x), jnp.result_type(x)) for path, x in flat]
+
+
+def layout_matches(a: Any, b: Any) -> bool:
+    """True when two agents have the same leaf paths, shapes and dtypes."""
+    return _layout(a) == _layout(b)
+
+
+def _leaves_differ(a: Any, b: Any) -> bool:
+    return any(
+        not np.array_equal(_raw(x), _raw(y))
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    )
+
+
+def classify(
+    spec: AgentSpec, base: Any, grid: dict[str, tuple], obs: Any, act: Any
+) -> dict[str, str]:
+    """``{field: "leaf" | "static"}`` for the grid's fields, by creating agents with each value.
+
+    A field is a leaf when every value gives an agent of the base config's structure and
+    shapes, some value changes a leaf, and no loop reads the field (``loop_fields``).
+    """
+    reference = spec.agent.create(base, obs, act, 0)
+    kinds = {}
+    for name, values in grid.items():
+        kind = "static" if name in loop_fields(spec) else None
+        changed = False
+        for value in values if kind is None else ():
+            try:
+                config = dataclasses.replace(base, **{name: value})
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"--grid {name}={format_value(value)}: {e}") from None
+            agent = graft(spec.agent.create(config, obs, act, 0), base)
+            if not layout_matches(agent, reference):
+                kind = "static"
+                break
+            changed = changed or _leaves_differ(agent, reference)
+        kinds[name] = kind or ("leaf" if changed else "static")
+    return kinds
+
+
+def _probe_value(value: Any) -> Any:
+    """A nearby valid-looking value to classify a field with (None: cannot probe)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * 0.9 if value else 0.1
+    if isinstance(value, tuple) and value and all(isinstance(v, int) for v in value):
+        return tuple(v + 1 for v in value)
+    return None
+
+
+def field_kinds(spec: AgentSpec, base: Any, obs: Any, act: Any) -> dict[str, str]:
+    """Every config field of ``spec`` classified (``--list-fields``): leaf, static or untested.
+
+    Each field is probed with a nearby value (``_probe_value``); fields whose probe is invalid
+    or that have no numeric value (strings, ``None``) are classified when swept.
+    """
+    kinds = {}
+    for f in dataclasses.fields(base):
+        probe = _probe_value(getattr(base, f.name))
+        if f.name in loop_fields(spec):
+            kinds[f.name] = "static"
+        elif probe is None:
+            kinds[f.name] = "classified when swept"
+        else:
+            try:
+                kinds |= classify(spec, base, {f.name: (probe,)}, obs, act)
+            except (ValueError, TypeError):  # the probe is not a valid value of the field
+                kinds[f.name] = "classified when swept"
+    return kinds
+
+
+__all__ = [
+    "LOOP_FIELDS",
+    "classify",
+    "field_kinds",
+    "format_value",
+    "graft",
+    "layout_matches",
+    "loop_fields",
+]

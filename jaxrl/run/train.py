@@ -1,0 +1,194 @@
+"""``jaxrl train``'s runs: the loop an agent's registry entry and the options call for, set up.
+
+``train`` picks the loop (host, fused, offline, offline-to-online, online with a dataset), makes
+the envs or loads the dataset, prepares the run directory (one per seed with ``--num-seeds``) and
+returns the run's summary. ``jaxrl.cli.app`` parses the command line and calls it; sweeps and tuners
+call it too. It is re-exported as ``jaxrl.cli.app.train``, the name scripts and user code import.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def train(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
+    """Run ``agent_name`` in the loop its registry entry and the options call for.
+
+    Offline agents train on ``--dataset`` (then online with ``--online-steps``); off-policy
+    agents train on host envs, on JAX envs (fused loop) or with a dataset in the minibatch mix;
+    on-policy agents train on JAX envs. With ``--num-seeds K > 1`` (JAX envs) each seed gets
+    ``OUT/s<seed>`` and the returned summary (also ``OUT/summary.json``) aggregates them.
+
+    Returns:
+        The run's summary.
+    """
+    from jaxrl import registry
+    from jaxrl.envs.jax_envs import is_jax_env
+
+    spec = registry.get(agent_name)
+    if spec.env_defaults is not None:
+        from jaxrl.envs import episode_length
+
+        agent_cfg = spec.with_env_defaults(agent_cfg, episode_length(train_cfg.env))
+    if train_cfg.dataset:
+        return _train_with_dataset(spec, train_cfg, agent_cfg)
+    if train_cfg.online_steps or train_cfg.offline_steps is not None:
+        raise ValueError(
+            "--offline-steps / --online-steps split a run with --dataset into its offline and "
+            "online phases; without a dataset use --total-steps."
+        )
+    if spec.kind == "offline":
+        raise ValueError(
+            f"{spec.name} is an offline agent: pass --dataset PATH (a D4RL .hdf5 file, a Minari "
+            "dataset directory or minari:ID); `jaxrl dataset collect` makes one."
+        )
+    if is_jax_env(train_cfg.env):
+        return _train_jax(spec, train_cfg, agent_cfg)
+    if spec.kind == "on-policy":
+        raise ValueError(
+            f"{spec.name} is on-policy and trains on JAX envs only (the fused loop); use e.g. "
+            "--env jax:pendulum or --env brax:inverted_pendulum."
+        )
+    if train_cfg.num_seeds > 1:
+        raise ValueError(
+            "--num-seeds trains seeds in one program and needs a JAX env (brax:NAME or "
+            f"jax:NAME); for {train_cfg.env!r} run one process per --seed."
+        )
+    return _train_host(spec, train_cfg, agent_cfg)
+
+
+def _train_with_dataset(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
+    """Offline (then optionally online) training, or an online agent with a dataset (RLPD)."""
+    from jaxrl import registry
+    from jaxrl.run.finetune import train_offline_to_online, train_with_data
+
+    if train_cfg.num_seeds > 1 and (spec.kind != "offline" or train_cfg.online_steps):
+        raise ValueError(
+            "--num-seeds with --dataset vmaps the seeds of an offline agent's offline phase; for "
+            "online or offline-to-online training with data run one process per --seed."
+        )
+    if spec.kind == "offline":
+        if train_cfg.online_steps:
+            return train_offline_to_online(spec, agent_cfg, train_cfg)
+        return _train_offline(spec, train_cfg, agent_cfg)
+    if spec.kind == "on-policy":
+        raise ValueError(
+            f"{spec.name} is on-policy and cannot reuse a dataset; with --dataset use an "
+            f"off-policy agent ({', '.join(registry.names('off-policy'))}) or an offline one "
+            f"({', '.join(registry.names('offline'))})."
+        )
+    return train_with_data(spec, agent_cfg, train_cfg)
+
+
+def _train_host(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
+    """Gymnasium envs and a fresh agent in the host loop."""
+    from jaxrl.envs import make_env
+    from jaxrl.loops import default_out, prepare_run_dir, run_config, train_host
+
+    env = make_env(train_cfg.env, train_cfg.num_envs or 1)
+    eval_env = make_env(train_cfg.env, train_cfg.eval_episodes)
+    out = train_cfg.out or default_out(spec.name, train_cfg)
+    prepare_run_dir(out, run_config(spec.name, agent_cfg, train_cfg))
+    agent = spec.agent.create(agent_cfg, env.obs_example, env.action_example, train_cfg.seed)
+    summary = train_host(spec, agent, env, eval_env, train_cfg, out)
+    env.close()
+    eval_env.close()
+    return summary
+
+
+def _train_offline(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
+    """Load and validate the dataset, build the eval env, then run the offline loop."""
+    from jaxrl.loops import default_out, prepare_run_dir, run_config, train_offline
+    from jaxrl.loops.evaluation import close_envs
+    from jaxrl.run.offline import setup_offline
+
+    out = train_cfg.out or default_out(spec.name, train_cfg)
+    if train_cfg.num_seeds > 1:  # the seeds as members of one vmapped program
+        from jaxrl.run.members import Member, Program
+        from jaxrl.run.programs import run_offline
+
+        outs = _seed_dirs(spec, train_cfg, agent_cfg, out)
+        seeds = [train_cfg.seed + i for i in range(len(outs))]
+        members = [Member({}, s, agent_cfg, o) for s, o in zip(seeds, outs, strict=True)]
+        summaries = run_offline(spec, train_cfg, Program(agent_cfg, {}, members))
+        return _seeds_summary(spec, train_cfg, out, outs, summaries)
+    s = setup_offline(spec, agent_cfg, train_cfg, out)
+    config = run_config(spec.name, s.agent_config, s.train_config)
+    prepare_run_dir(out, {**config, "dataset_info": s.run_config_extras()})
+    score = s.dataset.normalized_score
+    summary = train_offline(spec, s.agent, s.data, s.eval_env, s.train_config, out, score_fn=score)
+    close_envs(s.eval_env)
+    return summary
+
+
+def _train_jax(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
+    """JAX envs in the fused loop, ``--num-seeds`` members in one program."""
+    import dataclasses as dc
+
+    from jaxrl.loops import default_out, prepare_run_dir, run_config, train_fused
+    from jaxrl.run.runs import make_jax_envs
+
+    # Planners plan for each env at every step: one env unless asked.
+    num_envs = train_cfg.num_envs or (1 if spec.kind == "planner" else 64)
+    train_cfg = dc.replace(train_cfg, num_envs=num_envs)
+    env, eval_env = make_jax_envs(train_cfg.env, num_envs, train_cfg.eval_episodes, agent_cfg, spec)
+    agent_cfg = spec.with_actor_observation(agent_cfg, env)
+    out = train_cfg.out or default_out(spec.name, train_cfg)
+    outs = _seed_dirs(spec, train_cfg, agent_cfg, out)
+    for i, o in enumerate(outs):
+        seed_cfg = dc.replace(train_cfg, seed=train_cfg.seed + i, num_seeds=1, out=o)
+        prepare_run_dir(o, run_config(spec.name, agent_cfg, seed_cfg))
+    summaries = train_fused(spec, agent_cfg, env, eval_env, train_cfg, outs)
+    return _seeds_summary(spec, train_cfg, out, outs, summaries)
+
+
+def _seed_dirs(spec: Any, train_cfg: Any, agent_cfg: Any, out: str) -> list[str]:
+    """``[out]``, or ``OUT/s<seed>`` per seed of ``--num-seeds`` (``OUT/config.json`` written)."""
+    from jaxrl.loops import prepare_run_dir, run_config
+
+    k = train_cfg.num_seeds
+    if k == 1:
+        return [out]
+    prepare_run_dir(out, run_config(spec.name, agent_cfg, train_cfg))
+    return [os.path.join(out, f"s{train_cfg.seed + i}") for i in range(k)]
+
+
+def _seeds_summary(
+    spec: Any, train_cfg: Any, out: str, outs: list[str], summaries: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The run's summary; with several seeds, their aggregate (``OUT/summary.json``, a plot)."""
+    import numpy as np
+
+    from jaxrl.loops.logging import plot_learning_curves, write_json
+
+    if len(outs) == 1:
+        return summaries[0]
+    finals = [s["final_eval_return_mean"] for s in summaries]
+    completed = all(s["completed"] for s in summaries)
+    summary = {
+        **{key: summaries[0][key] for key in ("agent", "env", "total_steps", "wall_clock_s")},
+        "seeds": [s["seed"] for s in summaries],
+        "final_eval_return_mean": float(np.mean(finals)) if completed else None,
+        "final_eval_return_std": float(np.std(finals)) if completed else None,
+        "final_eval_return_per_seed": finals,
+        "normalized_score": None,
+        "env_steps_per_s": sum(s["env_steps_per_s"] for s in summaries),
+        "updates_per_s": sum(s["updates_per_s"] for s in summaries),
+        "completed": completed,
+        "status": _worst_status(summaries),
+    }
+    write_json(os.path.join(out, "summary.json"), summary)
+    curves = {os.path.basename(o): os.path.join(o, "metrics.csv") for o in outs}
+    where = train_cfg.dataset or train_cfg.env
+    plot_learning_curves(curves, os.path.join(out, "learning_curve.png"), f"{spec.name} on {where}")
+    return summary
+
+
+def _worst_status(summaries: list[dict[str, Any]]) -> str:
+    """'diverged' if any member diverged, else 'stopped' if any stopped, else 'completed'."""
+    statuses = {s.get("status", "completed") for s in summaries}
+    for status in ("diverged", "stopped"):
+        if status in statuses:
+            return status
+    return "completed"

@@ -1,0 +1,340 @@
+"""Optuna backend of ``jaxrl sweep`` (``optuna_sweep``).
+
+One study; its trials run in this process or in worker processes that join the study's
+storage (see ``jaxrl.tune``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+from typing import Any
+
+from jaxrl.tune.space import (
+    Diverged,
+    Param,
+    Sweep,
+    _absolute,
+    _budget,
+    _check_sweep,
+    _eval_failure,
+    _literal,
+    _require,
+    _text,
+    _write_best,
+    apply_settings,
+    parse_search,
+)
+
+
+def optuna_sweep(
+    agent_name: str,
+    train_cfg: Any,
+    agent_cfg: Any,
+    search: dict[str, Param],
+    *,
+    trials: int,
+    out_root: str,
+    storage: str | None = None,
+    study_name: str | None = None,
+    n_jobs: int = 1,
+    seed: int = 0,
+    sampler: str = "tpe",
+    pruner: str = "median",
+    n_startup_trials: int = 10,
+) -> dict[str, Any]:
+    """Search ``search`` with an Optuna study that maximizes the final evaluation return.
+
+    The sampler and pruner are set as RL Baselines3 Zoo sets them (``exp_manager.py``):
+    ``TPESampler(n_startup_trials=10, multivariate=True)`` (Optuna's ``constant_liar`` stays on,
+    so parallel workers do not sample the same point) and ``MedianPruner(n_startup_trials=10,
+    n_warmup_steps=...)`` on the evaluation returns, its warm-up the first third of the run (the
+    Zoo's ``n_evaluations // 3`` evaluations). Evaluation returns are reported at their env step
+    (offline: gradient step); the last evaluation is never pruned.
+
+    Trial ``n`` trains into ``out_root/trial-<n>``. A trial whose agent diverges (NaN) or whose
+    evaluation return is not finite, or whose sampled settings the config rejects, is marked
+    FAILED (its reason in the trial's ``fail_reason`` user attribute) and the study goes on.
+    Ctrl-C stops the sweep: the running trial is marked FAILED and the summary is returned.
+
+    Storage: by default ``sqlite:///<out_root>/sweep.db``; any Optuna RDB URL works. The study is
+    created with ``load_if_exists=True``, so another process (another machine, with an RDB
+    server) given the same ``storage`` and ``study_name`` joins the study and adds its trials.
+    Each process seeds its sampler from ``seed``, its worker index and the number of trials
+    already in the study, so processes joining a study do not repeat each other's random
+    start-up points.
+
+    Parallel trials (``n_jobs > 1``): JAX programs and the training loop's signal handlers do
+    not belong in threads, so instead of Optuna's thread pool this starts ``n_jobs`` worker
+    processes (``python -c``, importing this same ``jaxrl``) that join the study in the same
+    storage and run ``trials`` between them (the first ``trials % n_jobs`` run one more). Use a
+    server database (PostgreSQL/MySQL) for many workers; SQLite serializes their writes.
+
+    Args:
+        agent_name: a registered agent.
+        train_cfg: the loop options of every trial (``out`` is replaced per trial; a relative
+            ``dataset`` path is made absolute).
+        agent_cfg: the agent config the searched fields are set on.
+        search: ``parse_search`` output.
+        trials: trials to run (in total over ``n_jobs`` workers).
+        out_root: directory of the trial run directories, ``sweep.db`` and ``best_config.json``
+            (one study per directory).
+        storage: Optuna storage URL (default: SQLite in ``out_root``).
+        study_name: the study (default ``<agent>-<env>``).
+        n_jobs: worker processes running trials at once.
+        seed: sampler seed (the trials' training seed is ``train_cfg.seed``).
+        sampler: ``"tpe"`` or ``"random"``.
+        pruner: ``"median"`` or ``"none"``.
+        n_startup_trials: random trials before TPE models the results, and trials before the
+            median pruner prunes.
+
+    Returns:
+        ``{"study_name", "storage", "out_root", "best_value", "best_params", "best_trial",
+        "best_run_dir", "best_config", "n_trials", "trials": {state: count}}``; the ``best_*``
+        entries are None when no trial completed (then no ``best_config.json`` is written).
+
+    Raises:
+        ValueError: an empty search, ``trials``/``n_jobs`` < 1, an unknown sampler or pruner,
+            ``--num-seeds``, or optuna not installed.
+    """
+    optuna = _require("optuna")
+    _check_sweep(train_cfg, search, trials)
+    if n_jobs < 1:
+        raise ValueError(f"n_jobs must be at least 1, got {n_jobs}.")
+    if sampler not in ("tpe", "random"):
+        raise ValueError(f"Unknown sampler {sampler!r}; use 'tpe' or 'random'.")
+    if pruner not in ("median", "none"):
+        raise ValueError(f"Unknown pruner {pruner!r}; use 'median' or 'none'.")
+    out_root = os.path.abspath(out_root)
+    os.makedirs(out_root, exist_ok=True)
+    storage = storage or f"sqlite:///{os.path.join(out_root, 'sweep.db')}"
+    study_name = study_name or f"{agent_name}-{train_cfg.env.replace(':', '_')}"
+    job = Sweep(agent_name, _absolute(train_cfg), agent_cfg, search, trials, out_root, seed)
+    options = {"sampler": sampler, "pruner": pruner, "n_startup_trials": n_startup_trials}
+    # Created here first, so that parallel workers only ever load it.
+    optuna.create_study(
+        storage=storage, study_name=study_name, direction="maximize", load_if_exists=True
+    )
+    try:
+        if n_jobs == 1:
+            _optimize(job, storage, study_name, 0, options)
+        else:
+            _run_workers(job, storage, study_name, n_jobs, options)
+    except KeyboardInterrupt:
+        print("Sweep stopped; the interrupted trial is marked FAILED.")
+    return _optuna_summary(job, storage, study_name)
+
+
+def _sampler_seed(seed: int, worker: int, existing: int) -> int:
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, worker, existing]).generate_state(1)[0])
+
+
+def _optimize(
+    job: Sweep, storage: str, study_name: str, worker: int, options: dict[str, Any]
+) -> None:
+    """Run ``job.trials`` trials of the study in this process."""
+    import optuna
+
+    from jaxrl import registry
+    from jaxrl.config import ConfigError
+    from jaxrl.loops.cadence import on_eval
+    from jaxrl.run.train import train
+
+    agent_name, train_cfg, out_root = job.agent_name, job.train_cfg, job.out_root
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    n_start = options["n_startup_trials"]
+    sampler_seed = _sampler_seed(job.seed, worker, len(study.trials))
+    if options["sampler"] == "tpe":
+        study.sampler = optuna.samplers.TPESampler(
+            n_startup_trials=n_start, multivariate=True, seed=sampler_seed
+        )
+    else:
+        study.sampler = optuna.samplers.RandomSampler(seed=sampler_seed)
+    budget = _budget(registry.get(agent_name), train_cfg)
+    if options["pruner"] == "median":
+        study.pruner = optuna.pruners.MedianPruner(
+            n_startup_trials=n_start, n_warmup_steps=budget // 3
+        )
+    else:
+        study.pruner = optuna.pruners.NopPruner()
+
+    def objective(trial: Any) -> float:
+        settings = {name: _suggest(trial, name, p) for name, p in job.search.items()}
+        out = os.path.join(out_root, f"trial-{trial.number}")
+        trial.set_user_attr("run_dir", out)
+        if os.path.exists(os.path.join(out, "config.json")):  # numbers are unique per study
+            raise ValueError(
+                f"{out} already holds a run, of another study in {out_root}; give each study "
+                f"its own out_root, or pass study_name={study_name!r} to add trials to it."
+            )
+        try:
+            cfg = apply_settings(job.agent_cfg, settings)
+        except ConfigError as err:
+            trial.set_user_attr("fail_reason", f"settings rejected: {err}")
+            raise
+
+        def report(o: str, step: int, eval_return: float, nonfinite: int) -> None:
+            failure = _eval_failure(o, step, eval_return, nonfinite)
+            if failure:
+                trial.set_user_attr("fail_reason", failure)
+                raise Diverged(failure)
+            trial.report(eval_return, step)
+            if step < budget and trial.should_prune():
+                raise optuna.TrialPruned(f"step {step}: eval return {eval_return:.2f}")
+
+        with on_eval(report):
+            summary = train(agent_name, dataclasses.replace(train_cfg, out=out), cfg)
+        if summary.get("status") == "diverged":  # the NaN guard stopped it
+            reason = f"{out}: diverged (NaN) by step {summary['diverged_at']}"
+            trial.set_user_attr("fail_reason", reason)
+            raise Diverged(reason)
+        if not summary["completed"]:  # a stop signal: the run saved its state
+            raise KeyboardInterrupt
+        value = float(summary["final_eval_return_mean"])
+        if not math.isfinite(value):
+            trial.set_user_attr("fail_reason", f"final evaluation return {value}")
+            raise Diverged(f"{out}: final evaluation return {value}")
+        return value
+
+    # Optuna marks a trial that raises one of ``catch`` FAILED and goes on with the next.
+    study.optimize(objective, n_trials=job.trials, catch=(Diverged, ConfigError))
+
+
+def _suggest(trial: Any, name: str, p: Param) -> Any:
+    if p.kind == "uniform":
+        return trial.suggest_float(name, p.low, p.high)
+    if p.kind == "loguniform":
+        return trial.suggest_float(name, p.low, p.high, log=True)
+    if p.kind == "int":
+        return trial.suggest_int(name, int(p.low), int(p.high))
+    if all(c is None or isinstance(c, bool | int | float | str) for c in p.choices):
+        return trial.suggest_categorical(name, list(p.choices))
+    # Optuna stores only scalars: tuples are suggested by their text and mapped back.
+    texts = [" ".join(map(_text, c)) if isinstance(c, tuple) else _text(c) for c in p.choices]
+    return p.choices[texts.index(trial.suggest_categorical(name, texts))]
+
+
+def _run_workers(
+    job: Sweep, storage: str, study_name: str, n_jobs: int, options: dict[str, Any]
+) -> None:
+    """``n_jobs`` worker processes share ``job.trials`` trials of the study."""
+    import jaxrl
+    from jaxrl.config import config_to_dict
+
+    payload = {
+        "agent": job.agent_name,
+        "train": config_to_dict(job.train_cfg),
+        "agent_config": config_to_dict(job.agent_cfg),
+        "search": {name: p.spec() for name, p in job.search.items()},
+        "out_root": job.out_root,
+        "storage": storage,
+        "study_name": study_name,
+        "seed": job.seed,
+        "options": options,
+    }
+    # The workers import the jaxrl this process runs (a checkout may shadow an installed one).
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(jaxrl.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    procs = []
+    for worker in range(n_jobs):
+        share = job.trials // n_jobs + (worker < job.trials % n_jobs)
+        if share == 0:
+            continue
+        args = json.dumps({**payload, "trials": share, "worker": worker})
+        code = (
+            "import sys; from jaxrl.tune.optuna_search import _optuna_worker; "
+            "_optuna_worker(sys.argv[1])"
+        )
+        procs.append(subprocess.Popen([sys.executable, "-c", code, args], env=env))
+    try:
+        codes = [p.wait() for p in procs]
+    except KeyboardInterrupt:  # the workers got the same Ctrl-C: let them save and stop
+        codes = [p.wait() for p in procs]
+        raise
+    if any(codes):
+        raise RuntimeError(f"Optuna worker processes exited with codes {codes}; see their output.")
+
+
+def _optuna_worker(job_json: str) -> None:
+    """Entry point of an ``n_jobs`` worker process (``_run_workers``)."""
+    from jaxrl import registry
+    from jaxrl.loops.config import TrainConfig
+
+    job = json.loads(job_json)
+    spec = registry.get(job["agent"])
+    train_cfg = TrainConfig(
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in job["train"].items()}
+    )
+    agent_cfg = spec.make_config(**job["agent_config"])
+    specs = [f"{k}={v}" for k, v in job["search"].items()]
+    search = parse_search(specs, spec.config, base=agent_cfg)
+    sweep = Sweep(
+        job["agent"], train_cfg, agent_cfg, search, job["trials"], job["out_root"], job["seed"]
+    )
+    try:
+        _optimize(sweep, job["storage"], job["study_name"], job["worker"], job["options"])
+    except KeyboardInterrupt:
+        pass
+
+
+def _optuna_summary(job: Sweep, storage: str, study_name: str) -> dict[str, Any]:
+    import optuna
+
+    from jaxrl.loops.config import run_config
+
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    all_trials = study.get_trials(deepcopy=False)
+    counts: dict[str, int] = {}
+    for t in all_trials:
+        counts[t.state.name] = counts.get(t.state.name, 0) + 1
+    summary: dict[str, Any] = {
+        "study_name": study_name,
+        "storage": storage,
+        "out_root": job.out_root,
+        "best_value": None,
+        "best_params": None,
+        "best_trial": None,
+        "best_run_dir": None,
+        "best_config": None,
+        "n_trials": len(all_trials),
+        "trials": counts,
+    }
+    if not counts.get("COMPLETE"):
+        return summary
+    best = study.best_trial
+    run_dir = best.user_attrs.get("run_dir")
+    params = {k: _from_optuna(v) for k, v in best.params.items()}
+    fallback = run_config(job.agent_name, apply_settings(job.agent_cfg, params), job.train_cfg)
+    sweep = {
+        "backend": "optuna",
+        "study_name": study_name,
+        "storage": storage,
+        "trial": best.number,
+        "value": best.value,
+        "params": params,
+    }
+    summary |= {
+        "best_value": best.value,
+        "best_params": params,
+        "best_trial": best.number,
+        "best_run_dir": run_dir,
+        "best_config": _write_best(job.out_root, run_dir, fallback, sweep),
+    }
+    return summary
+
+
+def _from_optuna(value: Any) -> Any:
+    """A stored categorical text of a tuple back as the tuple (``_suggest``)."""
+    if isinstance(value, str) and " " in value:
+        return tuple(_literal(x) for x in value.split())
+    return value
+
+
+__all__ = ["optuna_sweep"]
