@@ -59,12 +59,12 @@ import jax.numpy as jnp
 from tdmpc2_vs_sac import add_arguments, tdmpc2_section, tdmpc2_table
 
 from jaxrl.agents.pets import PETS, PETSConfig
-from jaxrl.run import train
 from jaxrl.envs.jax_envs import make_jax_env
 from jaxrl.loops import TrainConfig
 from jaxrl.loops.logging import read_metrics
 from jaxrl.loops.plan import PlanRunConfig, latency_stats, plan_run
 from jaxrl.planners import PlannerConfig
+from jaxrl.run import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")

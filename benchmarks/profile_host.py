@@ -39,8 +39,8 @@ from functools import partial
 from typing import Any
 
 from jaxrl import registry
-from jaxrl.run import train
 from jaxrl.loops import TrainConfig
+from jaxrl.run import train
 
 WAIT = "wait for the device's update + act, copy the action"
 REST = "update call (flatten, dispatch) and the rest of the loop body"

@@ -71,8 +71,8 @@ def parse_ranges(text: str) -> dict[str, str]:
 def train_mode(agent: str, train_env: str, out: str, args: argparse.Namespace) -> dict[str, Any]:
     """Train ``args.seeds`` seeds of ``agent`` on ``train_env`` into ``out/s<seed>``."""
     from jaxrl import registry
-    from jaxrl.run import train
     from jaxrl.loops.config import TrainConfig
+    from jaxrl.run import train
 
     cfg = TrainConfig(
         env=train_env,

@@ -50,9 +50,9 @@ import numpy as np
 
 from jaxrl import registry
 from jaxrl.agents import TDMPC2, TDMPC2Config
-from jaxrl.run import train
 from jaxrl.loops import TrainConfig
 from jaxrl.loops.logging import read_metrics
+from jaxrl.run import train
 from jaxrl.types import Transition
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

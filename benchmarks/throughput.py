@@ -36,10 +36,10 @@ import numpy as np
 from jaxrl import registry
 from jaxrl.agents import td3 as td3_lib
 from jaxrl.buffers import make_replay_buffer
-from jaxrl.run import train
 from jaxrl.loops import TrainConfig
 from jaxrl.loops.host import _update_step
 from jaxrl.loops.logging import read_metrics
+from jaxrl.run import train
 from jaxrl.types import Transition
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -51,5 +51,6 @@ def require(module: str, extra: str) -> object:
     except ImportError:
         top = module.split(".")[0]
         raise MissingExtraError(
-            f"{top} is not installed; it comes with the {extra} extra: pip install 'jaxrl[{extra}]'."
+            f"{top} is not installed; it comes with the {extra} extra: "
+            f"pip install 'jaxrl[{extra}]'."
         ) from None

@@ -22,8 +22,8 @@ import argparse
 
 from jaxrl import registry
 from jaxrl.cli import parse_train_args
-from jaxrl.run import train
 from jaxrl.loops import TrainConfig
+from jaxrl.run import train
 
 # This script's loop defaults (gradient steps); every one can be overridden on the command line.
 DEFAULTS = TrainConfig(env="", total_steps=1_000_000, eval_every=10_000, log_every=5_000)

@@ -22,9 +22,9 @@ import tyro
 
 import jaxrl
 from jaxrl.agents import PPOConfig, SACConfig
-from jaxrl.run import train
 from jaxrl.envs.jax_envs import make_jax_env
 from jaxrl.export.policy import export_run, load_policy
+from jaxrl.run import train
 
 
 @dataclasses.dataclass(frozen=True)

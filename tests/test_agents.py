@@ -9,8 +9,8 @@ import pytest
 
 from jaxrl import registry
 from jaxrl.agents import SAC, SACConfig, TD3Config
-from jaxrl.run import train
 from jaxrl.loops import TrainConfig
+from jaxrl.run import train
 from jaxrl.types import Transition
 
 OBS_DIM, ACT_DIM, B = 5, 2, 32

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from jaxrl.cli import main, parse_train_args
-from jaxrl.run import train
 from jaxrl.loops import init_fused_state
 from jaxrl.loops.checkpoint import Checkpointer
 from jaxrl.loops.logging import read_metrics
+from jaxrl.run import train
 
 TINY_SAC = [
     "--hidden-dims", "32", "32",

@@ -10,6 +10,7 @@ import pytest
 from jaxrl import generative as gen
 from jaxrl import rl
 from jaxrl.networks import GaussianActor, gradient_step, make_train_state
+from jaxrl.offline import common
 
 # ------------------------------------------------------------------------- math by hand
 
@@ -90,27 +91,27 @@ def test_flow_matching_targets_are_the_straight_path():
 def test_select_by_value():
     actions = jnp.arange(12.0).reshape(2, 3, 2)
     values = jnp.asarray([[0.0, 5.0, 1.0], [9.0, 0.0, 0.0]])
-    np.testing.assert_array_equal(gen.select_by_value(actions, values), [[2, 3], [6, 7]])
+    np.testing.assert_array_equal(common.select_by_value(actions, values), [[2, 3], [6, 7]])
     # A very low temperature samples the argmax; a huge one spreads over all candidates.
-    cold = gen.select_by_value(actions, values, jax.random.key(0), temperature=1e-3)
+    cold = common.select_by_value(actions, values, jax.random.key(0), temperature=1e-3)
     np.testing.assert_array_equal(cold, [[2, 3], [6, 7]])
-    picks = jax.vmap(lambda k: gen.select_by_value(actions[0], values[0], k, 1e6))(
+    picks = jax.vmap(lambda k: common.select_by_value(actions[0], values[0], k, 1e6))(
         jax.random.split(jax.random.key(1), 300)
     )
     assert len(np.unique(np.asarray(picks[:, 0]))) == 3
     with pytest.raises(ValueError, match="needs a key"):
-        gen.select_by_value(actions, values, temperature=1.0)
+        common.select_by_value(actions, values, temperature=1.0)
 
 
 def test_observation_key_is_a_function_of_the_observation():
     key = jax.random.key(0)
     obs = jnp.asarray([[0.1, 0.2], [0.1, 0.2], [0.1, 0.3]])
-    draws = jax.vmap(lambda o: jax.random.normal(gen.observation_key(key, o)))(obs)
+    draws = jax.vmap(lambda o: jax.random.normal(common.observation_key(key, o)))(obs)
     assert draws[0] == draws[1] and draws[0] != draws[2]
-    out = gen.map_rows(lambda o, k: o + jax.random.normal(k, o.shape), key, obs[None])
+    out = common.map_rows(lambda o, k: o + jax.random.normal(k, o.shape), key, obs[None])
     assert out.shape == (1, 3, 2)
     np.testing.assert_array_equal(out[0, 0], out[0, 1])
-    single = gen.map_rows(lambda o, k: o + jax.random.normal(k, o.shape), key, obs[2])
+    single = common.map_rows(lambda o, k: o + jax.random.normal(k, o.shape), key, obs[2])
     np.testing.assert_array_equal(single, out[0, 2])  # independent of the batch it arrives in
 
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from jaxrl import registry
-from jaxrl.run import train
 from jaxrl.envs import EnvError, HostEnv, episode_length, make_env
 from jaxrl.envs import gym_sim2real as g
 from jaxrl.loops import TrainConfig
 from jaxrl.loops.logging import read_metrics
+from jaxrl.run import train
 
 
 class Probe(gym.Env):

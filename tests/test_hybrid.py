@@ -16,7 +16,7 @@ from flax import struct
 
 from jaxrl.buffers import buffer_from_arrays, make_replay_buffer, sample_minibatches
 from jaxrl.data.dataset import Dataset
-from jaxrl.episodes import EpisodeTracker, monte_carlo_returns
+from jaxrl.data.episodes import EpisodeTracker, monte_carlo_returns
 from jaxrl.loops import TrainConfig
 from jaxrl.loops.host import _learn, _Rows, _Sampler, _update_step
 from jaxrl.offline.cql import CQL, CalQLConfig, calibrate

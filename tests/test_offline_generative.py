@@ -10,7 +10,7 @@ import pytest
 from jaxrl import generative as gen
 from jaxrl import registry, rl
 from jaxrl.config import ConfigError
-from jaxrl.offline import DataNorm
+from jaxrl.offline import DataNorm, common
 from jaxrl.offline import diffusion_ql as dql_lib
 from jaxrl.offline import fql as fql_lib
 from jaxrl.offline.diffusion_ql import DiffusionQLConfig
@@ -173,7 +173,7 @@ def test_idql_picks_the_candidate_with_the_highest_q():
 
     @jax.jit
     def both(agent):
-        reps = gen.repeat_rows(obs, 4)
+        reps = common.repeat_rows(obs, 4)
         fn = partial(agent.actor.apply_fn, agent.actor_ema_params, reps)
         cands = gen.ddpm_sample(fn, key, (4, ACT_DIM), agent.schedule)
         q = agent.critic.apply_fn(agent.target_critic_params, reps, cands).min(0)

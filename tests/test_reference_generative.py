@@ -8,6 +8,7 @@ import pytest
 
 from jaxrl import generative as gen
 from jaxrl.networks import MLP, EnsembleQ
+from jaxrl.offline import common
 from jaxrl.offline import diffusion_ql as dql_lib
 from jaxrl.offline import iql as iql_lib
 from jaxrl.offline.diffusion_ql import DiffusionQL, DiffusionQLConfig
@@ -134,7 +135,7 @@ def test_fql_evaluates_the_one_step_policy_with_noise_keyed_by_the_observation()
     got = agent.eval_actions(obs)
     np.testing.assert_array_equal(got[0], got[1])  # same agent, same observation
     np.testing.assert_allclose(agent.eval_actions(obs[2]), got[2], rtol=1e-5)  # any batch
-    key = gen.observation_key(agent.rng, obs[2])
+    key = common.observation_key(agent.rng, obs[2])
     np.testing.assert_allclose(got[2], agent.sample_actions(obs[2], key), rtol=1e-6)
     zero = agent.replace(config=FQLConfig(**{**cfg.__dict__, "eval_noise": "zero"}))
     z0 = agent.one_step.apply_fn(

@@ -8,7 +8,7 @@ from jaxrl import rl
 from jaxrl.agents.ppo import PPO, PPOConfig, gae_minibatch
 from jaxrl.agents.sac import SAC, RLPDConfig, SACConfig
 from jaxrl.data import Dataset
-from jaxrl.episodes import EpisodeTracker, next_actions
+from jaxrl.data.episodes import EpisodeTracker, next_actions
 from jaxrl.offline.td3_bc import TD3BC, ReBRACConfig, critic_loss
 from jaxrl.types import Transition
 

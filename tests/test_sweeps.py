@@ -4,11 +4,15 @@ per chunk shape, the leaf/static classification, and clear errors for bad grids.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
 
 from jaxrl import registry
 from jaxrl.cli import main, parse_train_args
@@ -130,6 +134,44 @@ def test_classification_of_fields():
     calql = registry.get("cal-ql")
     kinds = classify(calql, calql.config(hidden_dims=(16, 16)), {"discount": (0.98,)}, obs, act)
     assert kinds == {"discount": "static"}
+
+
+@dataclasses.dataclass(frozen=True)
+class _ToyConfig:
+    scale: float = 1.0
+    batch_size: int = 4
+
+
+class _Toy(struct.PyTreeNode):
+    """An agent that keeps ``scale`` as a leaf; ``update`` reads it from the leaf or the config."""
+
+    w: jax.Array
+    scale: jax.Array
+    from_config: bool = struct.field(pytree_node=False)
+    config: _ToyConfig = struct.field(pytree_node=False)
+
+    @classmethod
+    def create(cls, config, obs, act, seed, from_config=False):
+        return cls(jnp.zeros(()), jnp.float32(config.scale), from_config, config)
+
+    def update(self, batch):
+        scale = self.config.scale if self.from_config else self.scale
+        return self.replace(w=self.w + scale * batch.reward.mean()), {}
+
+
+class _ToyReadsConfig(_Toy):
+    @classmethod
+    def create(cls, config, obs, act, seed, from_config=True):
+        return _Toy.create.__func__(cls, config, obs, act, seed, from_config=True)
+
+
+@pytest.mark.parametrize("agent, kind", [(_Toy, "leaf"), (_ToyReadsConfig, "static")])
+def test_a_field_the_update_reads_from_the_config_is_static(agent, kind):
+    # Its leaf changes with the value, but an update of a grafted member (the program's shared
+    # config as static field) would use the shared value: one update of each must agree.
+    spec = registry.AgentSpec("toy", agent, _ToyConfig, "off-policy")
+    obs, act = np.zeros(3, np.float32), np.zeros(1, np.float32)
+    assert classify(spec, _ToyConfig(), {"scale": (1.0, 2.0)}, obs, act) == {"scale": kind}
 
 
 def test_bad_grids_get_clear_errors(tmp_path):

@@ -12,10 +12,10 @@ import pytest
 
 from jaxrl import registry
 from jaxrl.cli import parse_train_args
-from jaxrl.run import train
 from jaxrl.envs import HostEnv
 from jaxrl.loops import TrainConfig
 from jaxrl.loops.logging import read_metrics
+from jaxrl.run import train
 
 # Small enough that a run is mostly compilation; every part of the agent still runs (policy
 # prior trajectories in the plan, 2 MPPI iterations, the termination head).

@@ -12,11 +12,11 @@ import pytest
 
 from jaxrl import registry
 from jaxrl.cli import main
-from jaxrl.run import train
 from jaxrl.envs import HostEnv, make_env
 from jaxrl.loops import TrainConfig, init_loop_state
 from jaxrl.loops.checkpoint import Checkpointer
 from jaxrl.loops.logging import read_metrics
+from jaxrl.run import train
 
 
 class CounterEnv(gym.Env):

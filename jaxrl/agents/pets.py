@@ -26,7 +26,7 @@ from flax.training.train_state import TrainState
 from jaxrl import networks as nets
 from jaxrl import planners
 from jaxrl.config import ConfigError, OffPolicyFields, check_choice, check_positive, check_range
-from jaxrl.envs.wrappers import RunningStats, running_stats_init, running_stats_update
+from jaxrl.normalization import RunningStats, running_stats_init, running_stats_update
 from jaxrl.types import Batch, InfoDict, Params
 
 # ------------------------------------------------------------------------------ known rewards

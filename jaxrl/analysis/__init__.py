@@ -1,4 +1,4 @@
-"""Analysis of finished runs: learning curves, IQM score tables and bootstrap bands (``jaxrl plot``).
+"""Analysis of finished runs: learning curves, IQM score tables, bootstrap bands (``jaxrl plot``).
 
 - ``runs``: find run directories, read them, group seeds, the final-score table.
 - ``stats``: IQM and percentile-bootstrap confidence intervals (numpy only).

@@ -1,4 +1,4 @@
-"""``jaxrl sweep``: grid sweeps (``jaxrl.tune.grid``) and Optuna / Ray Tune searches (``jaxrl.tune``)."""
+"""``jaxrl sweep``: grid sweeps (``jaxrl.tune.grid``) and Optuna / Ray Tune searches."""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@
 - ``d4rl_io`` / ``minari_io``: read and write the D4RL HDF5 layout; read Minari datasets.
 - ``loading``: ``load_dataset(PATH | minari:ID)``.
 - ``scores``: D4RL reference returns and normalized scores.
+- ``episodes``: fields that depend on later steps of an episode (next actions, Monte-Carlo
+  returns), for datasets and for the online loops.
 
 Datasets are generated locally from trained runs by ``jaxrl.run.collect`` (``jaxrl dataset
 collect``): that replays a run's policy, so it sits in the run layer. May import: the core

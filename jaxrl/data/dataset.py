@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from jaxrl.buffers import BufferState, buffer_from_arrays
+from jaxrl.data.episodes import monte_carlo_returns, next_actions
 from jaxrl.data.scores import normalized_score, reference_returns
-from jaxrl.episodes import monte_carlo_returns, next_actions
 from jaxrl.errors import DatasetError
 from jaxrl.types import Transition
 

@@ -4,21 +4,19 @@ Each wrapper has the env interface (``reset(key)``, ``step(state, action)``, ``n
 ``observation_size``, ``action_size``, ``episode_length``) and forwards other attributes to the
 env it wraps, so wrappers stack: ``NormalizeObservation(RecordEpisodeStatistics(env))``.
 
-The running statistics are also usable on their own (``running_stats_init`` / ``_update`` /
-``normalize``), optax-style.
+The running statistics come from the core module :mod:`jaxrl.normalization` (re-exported here).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
 from jaxrl.envs.state import EnvState
+from jaxrl.normalization import RunningStats, normalize, running_stats_init, running_stats_update
 
 
 class Wrapper:
@@ -90,47 +88,6 @@ class RecordEpisodeStatistics(Wrapper):
             "episode_length": jnp.where(ended, length, 0.0),
         }
         return state.replace(extras=extras, info=info)
-
-
-class RunningStats(struct.PyTreeNode):
-    """Running mean and variance of a stream of vectors (Chan et al. parallel update).
-
-    Attributes:
-        count: number of vectors seen (float32, starts at a tiny epsilon).
-        mean: ``[size]`` running mean.
-        var: ``[size]`` running (population) variance.
-    """
-
-    count: jax.Array
-    mean: jax.Array
-    var: jax.Array
-
-
-def running_stats_init(size: int) -> RunningStats:
-    """Statistics before any data: mean 0, variance 1."""
-    return RunningStats(
-        count=jnp.float32(1e-4), mean=jnp.zeros(size, jnp.float32), var=jnp.ones(size, jnp.float32)
-    )
-
-
-def running_stats_update(stats: RunningStats, batch: jax.Array) -> RunningStats:
-    """Merge a ``[n, size]`` batch into the statistics (Chan, Golub & LeVeque, 1979)."""
-    chex.assert_rank(batch, 2)
-    n = jnp.float32(batch.shape[0])
-    b_mean = batch.mean(axis=0)
-    b_var = batch.var(axis=0)
-    total = stats.count + n
-    delta = b_mean - stats.mean
-    mean = stats.mean + delta * n / total
-    m2 = stats.var * stats.count + b_var * n + delta**2 * stats.count * n / total
-    return RunningStats(count=total, mean=mean, var=m2 / total)
-
-
-def normalize(
-    stats: RunningStats, x: jax.Array, clip: float = 10.0, eps: float = 1e-8
-) -> jax.Array:
-    """``clip((x - mean) / sqrt(var + eps), -clip, clip)``."""
-    return jnp.clip((x - stats.mean) / jnp.sqrt(stats.var + eps), -clip, clip)
 
 
 class NormalizeObservation(Wrapper):

@@ -1,7 +1,7 @@
 """Policy export: a run's deterministic policy as ONNX, a numpy program or serialized JAX.
 
 - ``policy``: trace the policy with its normalizer and action scaling folded in, and write it.
-- ``contract``: the ``FILE.contract.json`` beside each artifact and ``load_policy``, which checks it.
+- ``contract``: the ``FILE.contract.json`` beside each artifact, and ``load_policy`` to check it.
 - ``onnx_graph``: jaxpr -> a small program -> an ONNX graph (no converter package).
 - ``runtime_numpy``: the dependency-free numpy runtime of the exported program.
 

@@ -158,7 +158,8 @@ def export_policy(src: PolicySource, fmt: str, out: str) -> str:
     if fmt == "numpy":
         with open(tmp, "wb") as f:
             np.savez(f, program=np.asarray(json.dumps(program)), **consts)
-        runtime = os.path.join(os.path.dirname(__file__), RUNTIME_FILE)
+        # The numpy runtime is copied beside the artifact as RUNTIME_FILE.
+        runtime = os.path.join(os.path.dirname(__file__), "runtime_numpy.py")
         shutil.copyfile(runtime, os.path.join(os.path.dirname(os.path.abspath(out)), RUNTIME_FILE))
     else:
         with open(tmp, "wb") as f:

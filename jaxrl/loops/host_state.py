@@ -18,8 +18,8 @@ import numpy as np
 from flax import struct
 
 from jaxrl.buffers import BufferState, buffer_add, sequence_offsets_bound, sequence_rows, set_rows
+from jaxrl.data.episodes import EpisodeTracker, pad_rows
 from jaxrl.envs.gym import HostEnv
-from jaxrl.episodes import EpisodeTracker, pad_rows
 from jaxrl.registry import AgentSpec
 from jaxrl.types import Transition
 
@@ -28,8 +28,8 @@ class LoopState(struct.PyTreeNode):
     """Device-side loop state (what a checkpoint stores): agent, replay buffer and plan.
 
     ``nonfinite`` counts the updates after which the agent held a NaN; ``plan`` is a planner's
-    carry between env steps (an empty tuple for policies, see ``jaxrl.loops.acting``). (The minibatch
-    RNG lives on the host, see ``_Sampler``.)
+    carry between env steps (an empty tuple for policies, see ``jaxrl.loops.acting``). The
+    minibatch RNG lives on the host (see ``_Sampler``).
     """
 
     agent: Any

@@ -5,17 +5,21 @@ replaces it with statistics of the dataset when the agent's config asks for obse
 normalization. Because the agent applies it itself (to batches in ``update`` and to observations
 in ``sample_actions`` / ``eval_actions``), raw observations and rewards flow everywhere else: the
 buffer, online fine-tuning, evaluation and exported policies need no extra wrapper.
+
+Also here: the config checks the diffusion and flow agents share, and candidate selection (IDQL
+and Diffusion-QL sample several actions per observation and keep one by its value).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import chex
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl.buffers import BufferState
 from jaxrl.config import REWARD_NORMALIZATIONS, ConfigError, check_choice, check_range
 from jaxrl.types import Transition
 
@@ -106,3 +110,54 @@ def check_generative_config(config: Any) -> None:
             )
     if hasattr(config, "actor_ema_tau"):
         check_range(config, "actor_ema_tau", 0.0, 1.0, low_open=True)
+
+
+# Candidate selection: IDQL and Diffusion-QL sample several actions per observation and keep
+# one by its value; per-observation keys make a row's action independent of the batch.
+def observation_key(key: jax.Array, obs: jax.Array) -> jax.Array:
+    """``key`` folded with a hash of the bits of one ``[D]`` observation.
+
+    Evaluation must be a deterministic function of the observation, but a sampler run with one
+    fixed noise vector at every step is a fixed quantile of the policy, not a sample of it (on
+    Pendulum a diffusion BC policy evaluated that way spins at about -1,300 while its samples
+    score like the data, about -670). Seeding the noise with the observation keeps both: equal
+    observations get equal actions, and successive states get independent noise.
+    """
+    bits = jax.lax.bitcast_convert_type(obs.astype(jnp.float32), jnp.uint32)
+    mult = jnp.uint32(2654435761) * (jnp.arange(obs.shape[-1], dtype=jnp.uint32) + 1)
+    return jax.random.fold_in(key, jnp.sum(bits * mult, dtype=jnp.uint32))
+
+
+def map_rows(fn: Callable[[jax.Array, jax.Array], jax.Array], key: jax.Array, obs: jax.Array):
+    """``fn(o, observation_key(key, o))`` for every ``[D]`` row ``o`` of ``obs`` (any leading dims).
+
+    The deterministic evaluation of a sampling policy: each row's action depends only on that
+    observation and ``key``, not on the batch it arrives in.
+    """
+    flat = obs.reshape(-1, obs.shape[-1])
+    out = jax.vmap(lambda o: fn(o, observation_key(key, o)))(flat)
+    return out.reshape(*obs.shape[:-1], out.shape[-1])
+
+
+def repeat_rows(obs: jax.Array, num: int) -> jax.Array:
+    """``[..., D] -> [..., num, D]``: each observation repeated for ``num`` candidate actions."""
+    return jnp.broadcast_to(obs[..., None, :], (*obs.shape[:-1], num, obs.shape[-1]))
+
+
+def select_by_value(
+    actions: jax.Array, values: jax.Array, key: jax.Array | None = None, temperature: float = 0.0
+) -> jax.Array:
+    """Pick one of ``N`` candidate actions per row by their values.
+
+    ``actions`` ``[..., N, A]``, ``values`` ``[..., N]``. ``temperature = 0`` takes the argmax
+    (IDQL's ``eval_actions``); ``temperature > 0`` samples with probabilities
+    ``softmax(values / temperature)`` (Diffusion-QL's action selection with temperature 1).
+    """
+    chex.assert_equal_shape_prefix([actions, values], values.ndim)
+    if temperature > 0.0:
+        if key is None:
+            raise ValueError("select_by_value with temperature > 0 needs a key.")
+        idx = jax.random.categorical(key, values / temperature, axis=-1)
+    else:
+        idx = jnp.argmax(values, axis=-1)
+    return jnp.take_along_axis(actions, idx[..., None, None], axis=-2)[..., 0, :]

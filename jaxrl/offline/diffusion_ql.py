@@ -23,7 +23,13 @@ from jaxrl import generative as gen
 from jaxrl import rl
 from jaxrl.config import OfflineFields, check_choice, check_positive, check_range
 from jaxrl.networks import EnsembleQ, gradient_step, hparam_leaves, make_train_state
-from jaxrl.offline.common import DataNorm, check_generative_config
+from jaxrl.offline.common import (
+    DataNorm,
+    check_generative_config,
+    map_rows,
+    repeat_rows,
+    select_by_value,
+)
 from jaxrl.types import Batch, InfoDict, Params
 
 # ----------------------------------------------------------------------------------------- losses
@@ -50,7 +56,7 @@ def critic_loss(
     critics' errors are summed.
     """
     if agent.config.max_q_backup:  # the best of 10 sampled next actions (the paper's option)
-        next_obs = gen.repeat_rows(batch.next_obs, 10)
+        next_obs = repeat_rows(batch.next_obs, 10)
         next_actions = agent.sample_chain(agent.actor_ema_params, next_obs, key)
         next_qs = agent.critic.apply_fn(agent.target_critic_params, next_obs, next_actions)
         next_v = max_q_backup_value(next_qs)
@@ -154,14 +160,14 @@ class DiffusionQL(struct.PyTreeNode):
     def sample_actions(self, obs: jax.Array, rng: jax.Array) -> jax.Array:
         """``num_samples`` candidates; one drawn with probability ``softmax(Q / temperature)``."""
         k_sample, k_pick = jax.random.split(rng)
-        obs = gen.repeat_rows(self.norm.obs(obs), self.config.num_samples)
+        obs = repeat_rows(self.norm.obs(obs), self.config.num_samples)
         actions = self.sample_chain(self.actor.params, obs, k_sample)
         q = jnp.min(self.critic.apply_fn(self.target_critic_params, obs, actions), axis=0)
-        return gen.select_by_value(actions, q, k_pick, self.config.selection_temperature)
+        return select_by_value(actions, q, k_pick, self.config.selection_temperature)
 
     def eval_actions(self, obs: jax.Array) -> jax.Array:
         """As ``sample_actions``, noise seeded by each observation: a deterministic policy."""
-        return gen.map_rows(self.sample_actions, self.rng, obs)
+        return map_rows(self.sample_actions, self.rng, obs)
 
     @classmethod
     def create(

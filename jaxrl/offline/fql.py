@@ -22,7 +22,7 @@ from jaxrl import generative as gen
 from jaxrl import rl
 from jaxrl.config import OfflineFields, check_choice, check_positive, check_range
 from jaxrl.networks import MLP, EnsembleQ, gradient_step, hparam_leaves, make_train_state
-from jaxrl.offline.common import DataNorm, check_generative_config
+from jaxrl.offline.common import DataNorm, check_generative_config, map_rows
 from jaxrl.types import Batch, InfoDict, Params
 
 # ----------------------------------------------------------------------------------------- losses
@@ -144,7 +144,7 @@ class FQL(struct.PyTreeNode):
         draw at every new state, the same action for the same state. 'zero': ``z = 0``.
         """
         if self.config.eval_noise == "sampled":
-            return gen.map_rows(self._act, self.rng, obs)
+            return map_rows(self._act, self.rng, obs)
         obs = self.norm.obs(obs)
         zeros = jnp.zeros((*obs.shape[:-1], self.action_dim), obs.dtype)
         actions = self.one_step.apply_fn(self.one_step.params, jnp.concatenate([obs, zeros], -1))

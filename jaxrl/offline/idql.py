@@ -30,7 +30,13 @@ from jaxrl.config import (
 )
 from jaxrl.networks import EnsembleQ, ValueNetwork, gradient_step, hparam_leaves, make_train_state
 from jaxrl.offline import iql
-from jaxrl.offline.common import DataNorm, check_generative_config
+from jaxrl.offline.common import (
+    DataNorm,
+    check_generative_config,
+    map_rows,
+    repeat_rows,
+    select_by_value,
+)
 from jaxrl.types import Batch, InfoDict, Params
 
 # ----------------------------------------------------------------------------------------- losses
@@ -90,15 +96,15 @@ class IDQL(struct.PyTreeNode):
 
     def sample_actions(self, obs: jax.Array, rng: jax.Array) -> jax.Array:
         """Best of ``num_samples`` fresh diffusion samples by ``min_i Q_target_i``."""
-        obs = gen.repeat_rows(self.norm.obs(obs), self.config.num_samples)
+        obs = repeat_rows(self.norm.obs(obs), self.config.num_samples)
         fn = partial(self.actor.apply_fn, self.actor_ema_params, obs)
         actions = gen.ddpm_sample(fn, rng, (*obs.shape[:-1], self.action_dim), self.schedule)
         qs = self.critic.apply_fn(self.target_critic_params, obs, actions)
-        return gen.select_by_value(actions, jnp.min(qs, axis=0))
+        return select_by_value(actions, jnp.min(qs, axis=0))
 
     def eval_actions(self, obs: jax.Array) -> jax.Array:
         """As ``sample_actions``, noise seeded by each observation: a deterministic policy."""
-        return gen.map_rows(self.sample_actions, self.rng, obs)
+        return map_rows(self.sample_actions, self.rng, obs)
 
     @classmethod
     def create(

@@ -16,6 +16,7 @@ import numpy as np
 
 from jaxrl.config import ConfigError
 from jaxrl.registry import AgentSpec
+from jaxrl.types import Rollout, Transition
 
 LOOP_FIELDS = (
     "buffer_size",
@@ -82,7 +83,10 @@ def classify(
     """``{field: "leaf" | "static"}`` for the grid's fields, by creating agents with each value.
 
     A field is a leaf when every value gives an agent of the base config's structure and
-    shapes, some value changes a leaf, and no loop reads the field (``loop_fields``).
+    shapes, some value changes a leaf, no loop reads the field (``loop_fields``) and one update
+    of an agent carrying the base config as its static field equals one update of the agent
+    created with the value (``_update_reads_static``): update code that reads the field from
+    the static config would otherwise see the program's shared value.
     """
     reference = spec.agent.create(base, obs, act, 0)
     kinds = {}
@@ -99,8 +103,51 @@ def classify(
                 kind = "static"
                 break
             changed = changed or _leaves_differ(agent, reference)
+            if kind is None and changed and _update_reads_static(spec, base, config, obs, act):
+                kind = "static"  # the update code reads it from the config: not a leaf
+                break
         kinds[name] = kind or ("leaf" if changed else "static")
     return kinds
+
+
+def _example_batch(spec: AgentSpec, agent: Any, obs: Any, act: Any, key: jax.Array) -> Any:
+    """A random batch of the shape one ``agent.update`` takes (a rollout for on-policy agents)."""
+    k_obs, k_act, k_rew, k_next, k_policy = jax.random.split(key, 5)
+    if spec.kind == "on-policy":
+        num_envs = 64
+        steps = agent.rollout_length(num_envs)
+        o = jax.random.normal(k_obs, (steps, num_envs, *jnp.shape(obs)))
+        action, extras = jax.vmap(agent.policy_step)(o, jax.random.split(k_policy, steps))
+        zeros = jnp.zeros((steps, num_envs))
+        reward = jax.random.normal(k_rew, (steps, num_envs))
+        next_obs = jax.random.normal(k_next, o.shape)
+        return Rollout(o, action, extras, reward, zeros, zeros, next_obs)
+    size = (int(agent.config.batch_size),)
+    if spec.sequence_field is not None:
+        size += (int(spec.sequence_length(agent.config)),)
+    o = jax.random.normal(k_obs, (*size, *jnp.shape(obs)))
+    a = jax.random.uniform(k_act, (*size, *jnp.shape(act)), minval=-1.0, maxval=1.0)
+    extra = {}
+    if spec.needs_next_action:
+        extra = {"next_action": jnp.roll(a, 1, axis=0), "next_action_mask": jnp.ones(size)}
+    if spec.needs_mc_return:
+        extra["mc_return"] = jax.random.normal(k_policy, size)
+    reward = jax.random.normal(k_rew, size)
+    return Transition(o, a, reward, jax.random.normal(k_next, o.shape), jnp.zeros(size), **extra)
+
+
+def _update_reads_static(spec: AgentSpec, base: Any, config: Any, obs: Any, act: Any) -> bool:
+    """True when ``update`` reads a field of ``config`` from the static config, not the leaves.
+
+    A member of a vmapped program is created from its own ``config`` and then carries the
+    program's shared ``base`` as its static field (``graft``). That is only right when one
+    update of the grafted agent equals one update of the agent created with ``config``.
+    """
+    own = spec.agent.create(config, obs, act, 0)
+    batch = _example_batch(spec, own, obs, act, jax.random.key(1))
+    mine, _ = jax.jit(type(own).update)(own, batch)
+    grafted, _ = jax.jit(type(own).update)(graft(own, base), batch)
+    return _leaves_differ(mine, grafted)
 
 
 def _probe_value(value: Any) -> Any:

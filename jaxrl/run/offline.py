@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from jaxrl.buffers import BufferState
 from jaxrl.data.dataset import Dataset
 from jaxrl.data.loading import load_dataset
-from jaxrl.buffers import BufferState
 from jaxrl.offline.common import data_norm
 from jaxrl.registry import AgentSpec
 
@@ -56,9 +56,9 @@ def setup_offline(
     The env is ``train_config.env`` or, when that is empty, the dataset's own env id. The
     dataset must match the env's observation and action sizes and action bounds. An unset
     learning-rate schedule horizon (``spec.horizon_field``) becomes the offline phase's gradient
-    steps (the online phase has its own schedule, see ``jaxrl.run.runs.online_config``); when ``out``
-    already holds the run, its recorded horizon is kept, so extending the budget of a finished
-    run resumes it instead of changing its schedule.
+    steps (the online phase has its own schedule, see ``jaxrl.run.runs.online_config``); when
+    ``out`` already holds the run, its recorded horizon is kept, so extending the budget of a
+    finished run resumes it instead of changing its schedule.
 
     Args:
         spec: the agent's registry entry.

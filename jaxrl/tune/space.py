@@ -3,7 +3,8 @@
 ``parse_search`` reads ``FIELD=DIST:ARGS`` specs into ``Param``s, ``apply_settings`` sets
 sampled values on an agent config, ``Sweep`` carries what every trial of a sweep shares, and
 the helpers check a sweep, find a run's last evaluation step, classify a diverged evaluation
-and write ``best_config.json``. ``jaxrl.tune.optuna_search`` and ``jaxrl.tune.ray_search`` build on it.
+and write ``best_config.json``. ``jaxrl.tune.optuna_search`` and ``jaxrl.tune.ray_search``
+build on it.
 """
 
 from __future__ import annotations
