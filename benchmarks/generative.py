@@ -317,8 +317,8 @@ def write_tables(res: dict, out: str) -> None:
     lines = [
         "# Generative offline agents: updates/s and action latency beside Gaussian IQL",
         "",
-        f"Machine: `{m['devices']}` ({m['cpus']} CPUs, {m['platform']}), jax {m['jax']}; "
-        f"{res['date']}. 1-min load average {m['load_average_start']} before and "
+        f"Machine: `{m['devices']}` ({m['cpus']} CPUs, {m['platform']}), jax {m['jax']}. "
+        f"1-min load average {m['load_average_start']} before and "
         f"{m['load_average_end']} after the run (other processes; near 0 on a quiet machine)."
         + (" **Quick (smoke) run: few repeats and calls.**" if res["quick"] else ""),
         "",

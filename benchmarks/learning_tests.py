@@ -1,8 +1,8 @@
 """Robustness of the learning tests: every slow test under several seeds, as a pass-rate table.
 
-A learning test must pass on any machine, not only the one it was written on (DESIGN.md, house
-style 7). XLA's numerics and the data the tests generate for themselves differ between CPUs, so
-this script reruns every ``pytest -m slow`` test under ``JAXRL_TEST_SEED`` = 0..4. The seed
+A learning test must pass on any machine, not only the one it was written on (a rule of the test
+suite). XLA's numerics and the data the tests generate for themselves differ between CPUs, so this
+script reruns every ``pytest -m slow`` test under ``JAXRL_TEST_SEED`` = 0..4. The seed
 changes the generated Pendulum datasets (the SAC behavior policies and their rollouts, see
 ``tests/offline_utils.py``), the agents' seeds and the evaluation episodes. It is not run in CI.
 

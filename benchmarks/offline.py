@@ -2,8 +2,8 @@
 
 For each agent at its paper defaults (jaxrl's config defaults; batch 256, ReBRAC 1024), measured in
 one run on this machine, on a HalfCheetah-shaped dataset (17-dim observations, 6-dim actions;
-``../shared/data/halfcheetah-sbx100k-v5.hdf5``, 100k rows, or random arrays of that shape when the
-file is missing):
+a D4RL-layout HDF5 file made by another library, given with ``--data`` or the
+``JAXRL_REFERENCE_DATASET`` environment variable, or random arrays of that shape without one):
 
 * jaxrl: the dataset in a device buffer (``Dataset.buffer``), K updates per jitted call
   fused with ``lax.scan`` (a minibatch drawn with ``buffer_sample`` inside each step, the agent
@@ -51,7 +51,8 @@ from jaxrl.buffers import buffer_sample
 from jaxrl.data import Dataset, load_d4rl, save_d4rl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(os.path.dirname(ROOT), "shared", "data", "halfcheetah-sbx100k-v5.hdf5")
+# The reference dataset: a D4RL-layout HDF5 file of HalfCheetah-v5 made by another library.
+DATA = os.environ.get("JAXRL_REFERENCE_DATASET", "")
 PEER_PYTHON = os.path.join(ROOT, ".venv-peers", "bin", "python")
 PEER_SCRIPT = os.path.join(ROOT, "benchmarks", "peers", "d3rlpy_offline.py")
 AGENTS = ("bc", "td3-bc", "cql", "iql", "rebrac")
@@ -246,7 +247,11 @@ def main() -> None:
     p.add_argument("--only", default=None, help="comma-separated agents (default: all five)")
     p.add_argument("--seconds", type=float, default=5.0, help="minimum timed wall time per side")
     p.add_argument("--max-k", type=int, default=1000, help="most updates fused per jitted call")
-    p.add_argument("--data", default=DATA, help="D4RL-layout HDF5 file")
+    p.add_argument(
+        "--data",
+        default=DATA,
+        help="D4RL-layout HDF5 file (default: $JAXRL_REFERENCE_DATASET; random arrays without one)",
+    )
     p.add_argument("--no-peers", action="store_true", help="skip d3rlpy")
     p.add_argument("--rounds", type=int, default=1, help="alternating rounds (medians reported)")
     p.add_argument("--out", default=None, help="directory for offline.{md,json}")

@@ -1,10 +1,14 @@
-"""Offline agents on data nobody here wrote: the shared HalfCheetah-v5 dataset (SAC from sbx).
+"""Offline agents on data another library made: a HalfCheetah-v5 dataset of a SAC policy.
 
 Trains each agent with ``jaxrl train AGENT --dataset FILE --env HalfCheetah-v5`` at its paper
 defaults for a CPU-sized budget of gradient steps, then tabulates the final evaluation return and
 the D4RL-normalized score next to the dataset's own behavior return. This checks the D4RL reader
 and the agents end to end on a file made by another library; it is not a test (minutes per
 agent) and the budgets are far below the papers' 1M steps.
+
+The dataset is a D4RL-layout HDF5 file of HalfCheetah-v5 made by another library (e.g. 100
+episodes of a Stable-Baselines-Jax SAC policy), given with ``--data`` or the
+``JAXRL_REFERENCE_DATASET`` environment variable.
 
 Usage:
     .venv/bin/python benchmarks/offline_learning.py [--agents bc:30000,td3-bc:50000,iql:50000]
@@ -25,7 +29,8 @@ import sys
 from jaxrl.data import load_d4rl, normalized_score, reference_returns
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(os.path.dirname(ROOT), "shared", "data", "halfcheetah-sbx100k-v5.hdf5")
+# The reference dataset: a D4RL-layout HDF5 file of HalfCheetah-v5 made by another library.
+DATA = os.environ.get("JAXRL_REFERENCE_DATASET", "")
 ENV = "HalfCheetah-v5"
 
 
@@ -45,13 +50,18 @@ def _finished(summary_path: str, steps: int) -> bool:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--agents", default="bc:30000,td3-bc:50000,iql:50000", help="NAME:STEPS,...")
-    p.add_argument("--data", default=DATA)
+    p.add_argument(
+        "--data", default=DATA, help="D4RL-layout HDF5 file (default: $JAXRL_REFERENCE_DATASET)"
+    )
     p.add_argument("--eval-episodes", type=int, default=5)
     p.add_argument("--runs", default=os.path.join(ROOT, "runs", "offline_learning"))
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     args = p.parse_args()
     if not os.path.exists(args.data):
-        raise SystemExit(f"{args.data} not found (the shared reference dataset).")
+        raise SystemExit(
+            f"{args.data!r} not found: give a D4RL-layout HDF5 file of {ENV} with --data or "
+            "JAXRL_REFERENCE_DATASET."
+        )
     returns = load_d4rl(args.data, ENV).episode_returns()
     refs = reference_returns(ENV)
     rows = []
@@ -87,7 +97,7 @@ def main() -> None:
         "",
         f"Dataset: {len(returns)} episodes, behavior return {behavior:,.0f} ± {returns.std():,.0f}"
         f" (normalized {normalized_score(behavior, refs):.1f} with D4RL's halfcheetah "
-        "references); made by Stable-Baselines-Jax SAC (see ../shared/data/README.md). Paper "
+        "references); made by another library (a Stable-Baselines-Jax SAC policy). Paper "
         f"defaults, seed 0, final deterministic evaluation over {args.eval_episodes} episodes.",
         "",
         "| agent | gradient steps | return | normalized score | updates/s (with evals) | wall |",

@@ -213,7 +213,7 @@ def write_results(res: dict, a: argparse.Namespace) -> None:
         "",
         f"Machine: {res['machine']}; 1-min load average at the start "
         f"{res['load_average_start']:.1f} (other work shares the cores: wall clocks are rough). "
-        f"Date: {res['date']}. Seed {a.seed}; each point is the mean return of "
+        f"Seed {a.seed}; each point is the mean return of "
         f"{a.eval_episodes} deterministic episodes.",
         "",
         f"Dataset (`jaxrl dataset collect --kind medium`): {info['transitions']:,} transitions, "

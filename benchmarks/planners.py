@@ -368,7 +368,7 @@ def _machine_line(meta: dict) -> str:
     return (
         f"Machine: {meta['arch']}, {meta['cores']} CPU cores, no GPU; jax {meta['jax']}; 1-min "
         f"load average {meta['load_avg_1min']:.1f} at the start, "
-        f"{meta.get('load_avg_1min_end', float('nan')):.1f} at the end ({meta['date']}; "
+        f"{meta.get('load_avg_1min_end', float('nan')):.1f} at the end ("
         "the cores are shared, so times include other processes' load)."
     )
 

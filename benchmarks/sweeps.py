@@ -4,8 +4,9 @@ Two cases, each measured in one process on this machine, one after the other:
 
 * ``sac``: SAC on ``jax:pendulum`` (fused loop, 1 env per member, 1 update per step, paper
   networks 256x256, batch 256), ``actor_lr`` x ``tau`` (2 x 2) x 4 seeds.
-* ``iql``: IQL on the shared HalfCheetah-v5 dataset (``../shared/data/``, 100k rows; paper
-  networks), ``expectile`` x ``actor_lr`` (2 x 2) x 4 seeds, evaluated on HalfCheetah-v5.
+* ``iql``: IQL on a HalfCheetah-v5 dataset (a D4RL-layout HDF5 file made by another library,
+  100k rows, given with ``--data`` or ``JAXRL_REFERENCE_DATASET``; paper networks),
+  ``expectile`` x ``actor_lr`` (2 x 2) x 4 seeds, evaluated on HalfCheetah-v5.
 
 "vmapped" is ``jaxrl.tune.grid.sweep`` (one program per chunk length for all 16 members).
 "sequential" is ``jaxrl.run.train`` called 16 times in the same process, as a user's loop over
@@ -42,7 +43,8 @@ from jaxrl.run import train
 from jaxrl.tune.grid import parse_grid, settings, sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(os.path.dirname(ROOT), "shared", "data", "halfcheetah-sbx100k-v5.hdf5")
+# The reference dataset: a D4RL-layout HDF5 file of HalfCheetah-v5 made by another library.
+DATA = os.environ.get("JAXRL_REFERENCE_DATASET", "")
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 SEEDS = [0, 1, 2, 3]
 
@@ -50,7 +52,7 @@ CASES = {
     "sac": {
         "agent": "sac",
         "grid": ["actor_lr=3e-4,1e-3", "tau=0.005,0.01"],
-        "args": lambda steps: [
+        "args": lambda steps, data: [
             "--env",
             "jax:pendulum",
             "--num-envs",
@@ -72,9 +74,9 @@ CASES = {
     "iql": {
         "agent": "iql",
         "grid": ["expectile=0.7,0.9", "actor_lr=3e-4,1e-4"],
-        "args": lambda steps: [
+        "args": lambda steps, data: [
             "--dataset",
-            DATA,
+            data,
             "--env",
             "HalfCheetah-v5",
             "--total-steps",
@@ -87,17 +89,17 @@ CASES = {
             "2",
         ],  # fmt: skip
         "steps": 2_000,
-        "what": "IQL, shared HalfCheetah-v5 dataset (100k rows), 256x256, batch 256",
+        "what": "IQL, HalfCheetah-v5 dataset of another library (100k rows), 256x256, batch 256",
     },
 }
 
 
-def run_case(name: str, steps: int | None) -> dict:
+def run_case(name: str, steps: int | None, data: str = DATA) -> dict:
     """Time the vmapped sweep, then the sequential runs, of one case."""
     case = CASES[name]
     steps = steps or case["steps"]
     spec = registry.get(case["agent"])
-    common = [*case["args"](steps), "--no-progress", "--no-tensorboard"]
+    common = [*case["args"](steps, data), "--no-progress", "--no-tensorboard"]
     train_cfg, base = parse_train_args(case["agent"], common)
     grid = parse_grid(case["grid"], spec.config)
     with tempfile.TemporaryDirectory() as tmp:
@@ -179,8 +181,16 @@ def main() -> None:
     p.add_argument("--only", default=",".join(CASES), help="comma-separated cases")
     p.add_argument("--steps", type=int, default=None, help="steps per member (default per case)")
     p.add_argument("--out", default=RESULTS)
+    p.add_argument(
+        "--data",
+        default=DATA,
+        help="D4RL-layout HDF5 file of HalfCheetah-v5 for the iql case "
+        "(default: $JAXRL_REFERENCE_DATASET)",
+    )
     a = p.parse_args()
-    rows = [run_case(name, a.steps) for name in a.only.split(",")]
+    if "iql" in a.only.split(",") and not os.path.exists(a.data):
+        p.error("the iql case needs --data FILE or JAXRL_REFERENCE_DATASET (D4RL-layout HDF5)")
+    rows = [run_case(name, a.steps, a.data) for name in a.only.split(",")]
     write(rows, a.out)
 
 

@@ -4,7 +4,7 @@
     python scripts/train_jax.py --agent sac --env jax:pendulum --num-envs 4 --num-seeds 4
 
 Acting, simulating, storing and learning run as one XLA program per chunk of steps, vmapped over
-seeds. Each seed writes a run directory with the layout of DESIGN.md; rerunning resumes.
+seeds. Each seed writes a run directory with jaxrl's run-directory layout; rerunning resumes.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
     python scripts/train_online.py --agent td3 --env Pendulum-v1 --total-steps 10000 \
         --td3.learning-starts 1000 --td3.hidden-dims 128 128
 
-Everything below uses only jaxrl's public API; the run directory has the layout of DESIGN.md
+Everything below uses only jaxrl's public API; the run directory has the documented layout
 (config.json, metrics.csv, summary.json, checkpoints/, TensorBoard events, learning_curve.png)
 and rerunning the same command resumes from the newest checkpoint.
 """

@@ -9,7 +9,7 @@ A planner acts by searching action sequences with a model at every step: TD-MPC2
 learned latent space with MPPI, PETS with CEM over particles of a learned ensemble, and
 ``true-model`` runs MPPI on copies of the JAX simulator itself (no training). Gymnasium ids train
 in the host loop, ``jax:``/``brax:`` ids in the fused loop (one XLA program per chunk). Each run
-writes the run directory of DESIGN.md; rerunning a training command resumes it.
+writes jaxrl's run-directory layout; rerunning a training command resumes it.
 """
 
 from __future__ import annotations

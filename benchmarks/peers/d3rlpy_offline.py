@@ -3,7 +3,7 @@
 Run inside the peer virtualenv created by ``setup_peers.sh`` (``make peers``)::
 
     .venv-peers/bin/python benchmarks/peers/d3rlpy_offline.py \
-        --data ../shared/data/halfcheetah-sbx100k-v5.hdf5 --agents bc,iql --seconds 5
+        --data halfcheetah.hdf5 --agents bc,iql --seconds 5
 
 ``benchmarks/offline.py`` runs this script once per agent and passes the jaxrl agent's config
 (``--configs``, JSON ``{agent: {jaxrl field: value}}``); without it the paper defaults below are

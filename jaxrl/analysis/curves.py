@@ -1,6 +1,6 @@
 """Plots and score tables of many runs: seeds, sweeps, agent comparisons (``jaxrl plot``).
 
-Runs are read through the run-directory contract (DESIGN.md) and runs whose configs agree on
+Runs are read through the run-directory contract and runs whose configs agree on
 everything except the seed and per-run bookkeeping form a group; finding, reading and grouping
 runs and the final-score table are in ``jaxrl.analysis.runs`` and re-exported here. For each group
 we report the interquartile mean (IQM) of the final evaluation returns with a percentile-bootstrap

@@ -1,6 +1,6 @@
 """Runs of ``jaxrl plot``: finding and reading run directories, grouping them, the score table.
 
-Runs are read through the run-directory contract (DESIGN.md): a directory is a run when it holds
+Runs are read through the run-directory contract: a directory is a run when it holds
 ``metrics.csv``; its ``config.json`` says which configuration it trained. Runs whose configs agree
 on everything except the seed and per-run bookkeeping (output directory, progress bar, TensorBoard,
 wandb) are seeds of one configuration and form a group. A group's final scores are summarized by

@@ -1,7 +1,7 @@
 """A run's configuration: the loop options (``TrainConfig``) and its ``config.json``.
 
-``config.json`` is part of the run-directory contract (DESIGN.md): it records the resolved agent
-and loop configs, and a run resumes only with the same ones.
+``config.json`` is part of the run-directory contract (scripts, sweeps and plots read it): it
+records the resolved agent and loop configs, and a run resumes only with the same ones.
 """
 
 from __future__ import annotations

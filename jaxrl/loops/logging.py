@@ -1,8 +1,8 @@
 """Run-directory logging: metrics.csv, TensorBoard, optional wandb, learning-curve plot, summary.
 
-The run-directory layout is a contract (DESIGN.md): ``config.json``, ``metrics.csv`` (columns
-``step`` and ``eval_return`` at eval points), ``summary.json``, ``checkpoints/``, TensorBoard event
-files and ``learning_curve.png``.
+The run-directory layout is a contract that scripts, sweeps and plots rely on: ``config.json``,
+``metrics.csv`` (columns ``step`` and ``eval_return`` at eval points), ``summary.json``,
+``checkpoints/``, TensorBoard event files and ``learning_curve.png``.
 """
 
 from __future__ import annotations
