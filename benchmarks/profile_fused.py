@@ -10,8 +10,9 @@ the loop's own chunk driver (``jit_chunk``: ``lax.scan`` over iterations, state 
   full     plus one minibatch sample and SAC update per iteration (the loop's real iteration).
 
 Each part's cost is the difference of consecutive rows. ``--chunk before`` builds the chunk as
-the loop did before its buffer writes were made in place (one member's size-1 axis squeezed and restored inside the scan
-body, where XLA copied every buffer field on each iteration), to give the before/after table.
+the loop did before its buffer writes were made in place (one member's size-1 axis squeezed and
+restored inside the scan body, where XLA copied every buffer field on each iteration), to give the
+before/after table.
 
     .venv/bin/python benchmarks/profile_fused.py            # both chunks, 10k and 1M rows
 
@@ -154,8 +155,8 @@ def write(res: dict, chunks: list[str], capacities: list[int]) -> None:
         "SAC (256, 256), batch 256, 1 update per iteration, `jax:pendulum`. Each row adds one part "
         "of the iteration to the one above (env: random actions; +act: the policy's; +add: the "
         "replay-buffer write; full: plus sampling and the update). 'before' is the chunk as it was "
-        "before buffer writes were made in place, 'after' the loop's current chunk (`jit_chunk`). Median of 3 timed "
-        "calls, compilation excluded.",
+        "before buffer writes were made in place, 'after' the loop's current chunk (`jit_chunk`). "
+        "Median of 3 timed calls, compilation excluded.",
         "",
         f"| envs | part | {head} |",
         "|---|---|" + "---|" * len(cols),
