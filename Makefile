@@ -3,12 +3,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-jax bench-offline peers peers-brax clean
+.PHONY: demo test lint docs bench bench-jax bench-offline peers peers-brax clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[dev,sweep,export]"
+	$(BIN)/pip install -q -e ".[dev,sweep,export,docs]"
 	touch $(STAMP)
 
 ## Train SAC on Pendulum-v1 (0.5-4 min on 2 CPU cores, depending on the machine): logs, checkpoint and plot in runs/demo.
@@ -16,12 +16,19 @@ demo: $(STAMP)
 	$(BIN)/jaxrl train sac --env Pendulum-v1 --total-steps 12000 --out runs/demo \
 	  --eval-every 2000 --eval-episodes 10 --learning-starts 1000 --seed 0
 
-## Run the test suite (learning tests included; ~18 min on 2 idle cores, two xdist workers).
+## Check the layer contract and the docs, then run the test suite (learning tests included;
+## ~18 min on 2 idle cores, two xdist workers).
 test: $(STAMP)
+	$(BIN)/lint-imports
+	$(BIN)/mkdocs build --strict -q
 	$(BIN)/python -m pytest -q -n 2 --durations=15 tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+## Build the documentation site (user guide, benchmark results, API reference) into site/.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
 
 ## Peer libraries for side-by-side benchmarks live in their own virtualenv.
 peers:
