@@ -2,6 +2,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# mkdocs-material prints a notice about MkDocs 2.0 on every build; the site builds with MkDocs 1.x.
+export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: demo test lint docs bench bench-jax bench-offline peers peers-brax clean
 

@@ -137,3 +137,21 @@ def test_public_names_load_on_first_use():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_no_private_names_cross_modules():
+    # What a module shares with another is a public name of its package; an underscore name
+    # imported elsewhere is an internal that a refactor of its home module would silently break.
+    mods = _modules()
+    crossing = []
+    for m, path in mods.items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jaxrl"):
+                crossing += [
+                    f"{m} <- {node.module}.{a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+    assert not crossing, "make these public names of their package: " + "; ".join(crossing)
