@@ -121,7 +121,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _plan_command(argv: list[str]) -> dict[str, Any]:
-    """``jaxrl plan``: parse the run and planner options (tyro), plan, print one line."""
+    """``jaxrl plan``: parse the run and planner options (tyro), plan, print one line.
+
+    A run a stop signal ended exits with ``EXIT_STOPPED`` (the same command resumes it).
+    """
     import tyro
 
     from jaxrl.loops.plan import PlanRunConfig, plan_run
@@ -138,6 +141,8 @@ def _plan_command(argv: list[str]) -> dict[str, Any]:
     description = "Plan with MPPI or CEM using the true simulator as model (JAX envs)."
     args = _guard(lambda: tyro.cli(args_cls, args=argv, prog="jaxrl plan", description=description))
     summary = _guard(lambda: plan_run(args.run, args.planner))
+    if not summary["completed"]:  # a stop signal: the state is saved, the same command resumes
+        raise SystemExit(EXIT_STOPPED)
     print(
         f"return {summary['final_eval_return_mean']:.2f} +/- {summary['final_eval_return_std']:.2f}"
         f" over {summary['episodes']} episode(s); planning latency per action: median "
