@@ -96,3 +96,46 @@ def test_plan_refuses_a_training_run_directory(tmp_path, capsys):
     with pytest.raises(SystemExit) as err:
         main(["plan", "--env", "jax:pendulum", "--out", str(out), *TINY])
     assert err.value.code == 2 and "holds a training run" in capsys.readouterr().err
+
+
+class _ShortPendulum:
+    """The pendulum, terminating after 3 steps (a counter in the simulator state)."""
+
+    def __init__(self):
+        from jaxrl.envs.classic import Pendulum
+
+        self.inner = Pendulum()
+        for name in ("name", "observation_size", "action_size", "action_low", "action_high"):
+            setattr(self, name, getattr(self.inner, name))
+        self.episode_length = 5
+
+    def reset(self, key):
+        sim, obs = self.inner.reset(key)
+        return (sim, np.int32(0)), obs
+
+    def step(self, state, action):
+        sim, obs, reward, _ = self.inner.step(state[0], action)
+        count = state[1] + 1
+        return (sim, count), obs, reward, (count >= 3).astype(np.float32)
+
+
+def test_plan_run_ends_when_the_last_episode_terminates_early(tmp_path, monkeypatch, capsys):
+    """Episodes shorter than the time limit: the run completes after the last one."""
+    from jaxrl.envs import jax_envs
+    from jaxrl.envs.wrappers import RecordEpisodeStatistics, RescaleAction
+
+    def make(env_id, num_envs):
+        core = _ShortPendulum()
+        vec = jax_envs.VecEnv(core, num_envs)
+        return RecordEpisodeStatistics(RescaleAction(vec, core.action_low, core.action_high))
+
+    monkeypatch.setattr(jax_envs, "make_jax_env", make)
+    argv = ["plan", "--env", "jax:pendulum", "--episodes", "2", "--out", str(tmp_path), *TINY]
+    main(argv)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["completed"] and summary["status"] == "completed"
+    assert summary["total_steps"] == 6 and summary["episode_lengths"] == [3, 3]
+    assert [r["step"] for r in _rows(tmp_path)] == [3.0, 6.0]
+    capsys.readouterr()
+    main(argv)
+    assert "nothing to do" in capsys.readouterr().out
