@@ -314,9 +314,8 @@ def test_true_sim_value_fn_is_the_rollout_return():
     step = jax.jit(env.step)
     state = env.reset(jax.random.key(3))
     actions = jnp.array([[[0.5], [-1.0], [1.0]], [[0.0], [0.2], [-0.3]]])
-    sim = jax.tree.map(lambda x: x[0], state.sim)
-    value = jax.jit(lambda t: true_sim_value_fn(env, sim, t)(actions, jax.random.key(0)))
-    values = value(state.time[0])
+    value = jax.jit(lambda s: true_sim_value_fn(env, s)(actions, jax.random.key(0)))
+    values = value(state)
     for i in range(2):
         s, total = state, 0.0
         for t in range(3):
@@ -324,11 +323,12 @@ def test_true_sim_value_fn_is_the_rollout_return():
             total += float(s.reward[0])
         assert float(values[i]) == pytest.approx(total, rel=1e-5)
     # Two steps before the time limit only two of the three steps count.
-    late = value(jnp.int32(3))
-    s, total = state, 0.0
+    late = value(state.replace(time=state.time + 3))
+    s, total = state.replace(time=state.time + 3), 0.0
     for t in range(2):
         s = step(s, actions[0, t][None])
         total += float(s.reward[0])
+    assert float(s.truncation[0]) == 1.0
     assert float(late[0]) == pytest.approx(total, rel=1e-5)
 
 

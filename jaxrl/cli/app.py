@@ -33,7 +33,8 @@ USAGE = """usage: jaxrl {{train,finetune,eval,dataset,sweep,plot,plan}} ...
                     settings x seeds; vmapped in one program on JAX envs and datasets
   jaxrl sweep AGENT --backend optuna|ray --search FIELD=loguniform:LO:HI --trials N ...
   jaxrl plan --env ENV [--episodes N] [--out DIR] [--seed S] [planner options...]
-                    MPPI/CEM with the true simulator as model (JAX envs; no learning)
+                    MPPI/CEM with the true simulator as model (JAX envs; no learning;
+                    resumes from DIR)
   jaxrl export DIR --format onnx|numpy|jax [--out FILE] [--step N]
                     the deterministic evaluation policy, with FILE.contract.json
 
@@ -121,7 +122,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _plan_command(argv: list[str]) -> dict[str, Any]:
-    """``jaxrl plan``: parse the run and planner options (tyro), plan, print one line."""
+    """``jaxrl plan``: parse the run and planner options (tyro), plan, print one line.
+
+    A run a stop signal ended exits with ``EXIT_STOPPED`` (the same command resumes it).
+    """
     import tyro
 
     from jaxrl.loops.plan import PlanRunConfig, plan_run
@@ -138,6 +142,8 @@ def _plan_command(argv: list[str]) -> dict[str, Any]:
     description = "Plan with MPPI or CEM using the true simulator as model (JAX envs)."
     args = _guard(lambda: tyro.cli(args_cls, args=argv, prog="jaxrl plan", description=description))
     summary = _guard(lambda: plan_run(args.run, args.planner))
+    if not summary["completed"]:  # a stop signal: the state is saved, the same command resumes
+        raise SystemExit(EXIT_STOPPED)
     print(
         f"return {summary['final_eval_return_mean']:.2f} +/- {summary['final_eval_return_std']:.2f}"
         f" over {summary['episodes']} episode(s); planning latency per action: median "

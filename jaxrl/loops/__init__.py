@@ -1,4 +1,4 @@
-"""The training loops: one harness and three thin loops on top of it.
+"""The training loops: one harness and the thin loops on top of it.
 
 - ``config``: the loop options (``TrainConfig``) and ``config.json``.
 - ``harness``: run directory, resume, logging, checkpoints, progress, summary.
@@ -8,7 +8,7 @@
 - ``host_state``: what the host loop keeps on the host between env steps (sampler, episodes).
 - ``fused``: JAX envs, acting, simulating, storing and learning as one XLA program per chunk.
 - ``offline``: gradient steps on a device-resident dataset.
-- ``plan``: model-predictive control on the true simulator (``jaxrl plan``).
+- ``plan``: model-predictive control on the true simulator (``jaxrl plan``), on the harness.
 - ``acting`` / ``evaluation``: how a registry entry acts (policy or planner) and evaluation.
 - ``checkpoint`` / ``logging``: atomic orbax checkpoints; metrics, TensorBoard, JSON, plots.
 

@@ -1,25 +1,30 @@
 """Planning with the true simulator: MPPI / CEM on a JAX env, no learning (``jaxrl plan``).
 
 The model is the environment itself: every candidate action sequence is rolled out from a copy
-of the current simulator state (``core.step``, vmapped over the population) and scored by the
-sum of its rewards. This is the upper bound a learned world model can reach with the same planner
-settings, and a check of the planner on its own. Each env step plans (one jitted call), acts
-with the first action of the chosen sequence and carries the plan's mean to the next step
-(warm start). Episodes run one after another on one env copy, so the time of each planning
-call is the latency a controller would see per action.
+of the current env state through the same wrapped env the agent acts in (``env.step``, vmapped
+over the population), so sim-to-real options of the env id (``?decimation=k``, action delays
+and filters, pushes, ...) act on the imagined rollouts exactly as on the real steps, and the
+model's time limit counts the same agent steps. A sequence scores the sum of its rewards. This
+is the upper bound a learned world model can reach with the same planner settings, and a check
+of the planner on its own. Each env step plans (one jitted call), acts with the first action of
+the chosen sequence and carries the plan's mean to the next step (warm start). Episodes run one
+after another on one env copy (it resets itself when an episode ends), so the time of each
+planning call is the latency a controller would see per action.
 
-The run directory follows the contract of the training loops (DESIGN.md): ``config.json``;
+The loop runs on the training loops' ``Harness``, with the same run directory: ``config.json``;
 ``metrics.csv`` with one row per episode (``step`` = env steps so far, ``eval_return`` = that
 episode's return, its length and planning latency); ``summary.json`` with the training loops'
 keys (``final_eval_return_mean`` over the episodes) plus ``episode_returns`` and the planning
 latency per action (``plan_latency_ms_median``, ``plan_latency_ms_p90``, ...); TensorBoard
-events and ``learning_curve.png`` (return per episode). There are no checkpoints: a rerun with
-the same ``--out`` starts over.
+events, ``learning_curve.png`` (return per episode) and ``checkpoints/`` (the env state, the
+plan, the RNG and the episodes so far, written after every episode and at a stop). SIGINT or
+SIGTERM stops the run after the current step; rerunning the same command resumes it there.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from typing import Any
@@ -27,9 +32,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from jaxrl.config import check_positive, check_range, config_to_dict
-from jaxrl.loops.logging import RunLogger, write_json
+from jaxrl.loops.config import TrainConfig, prepare_run_dir
+from jaxrl.loops.device import strongly_typed
+from jaxrl.loops.harness import Harness
 from jaxrl.planners import PlannerConfig, PlanState, ValueFn, init_plan, plan
 
 
@@ -44,7 +52,7 @@ class PlanRunConfig:
     seed: int = 0
     """Seed of the environment resets and the planner's sampling."""
     out: str | None = None
-    """Run directory (default runs/plan-<method>-<env>-s<seed>); overwritten on a rerun."""
+    """Run directory (default runs/plan-<method>-<env>-s<seed>); resumes if it has a checkpoint."""
     progress: bool = True
     """Show a progress bar."""
     tensorboard: bool = True
@@ -55,63 +63,79 @@ class PlanRunConfig:
         check_range(self, "seed", 0, 2**31 - 1)
 
 
+class PlanLoopState(struct.PyTreeNode):
+    """What the planning loop carries and checkpoints.
+
+    Attributes:
+        env: the env state (one copy), mid-episode where a run stopped.
+        plan: the planner's carry (``PlanState`` with a leading env axis of 1).
+        key: the loop's RNG (one split per planning call).
+        nonfinite: always 0 (no updates); the harness reads it when checkpointing.
+    """
+
+    env: Any
+    plan: PlanState
+    key: jax.Array
+    nonfinite: jax.Array = np.int32(0)
+
+
 # ------------------------------------------------------------------------------ the model
 
 
-def true_sim_value_fn(env: Any, sim: Any, time_step: jax.Array) -> ValueFn:
-    """``value_fn`` scoring action sequences by rolling out copies of one env's simulator.
+def true_sim_value_fn(env: Any, state: Any) -> ValueFn:
+    """``value_fn`` scoring action sequences by rolling out copies of one env's state.
 
-    The value of a sequence is the undiscounted sum of the rewards of its steps from ``sim``.
-    Steps after a termination, or beyond the episode's time limit (``env.episode_length``, with
-    ``time_step`` steps already taken), do not count.
+    The value of a sequence is the undiscounted sum of the rewards ``env.step`` gives for its
+    steps from ``state``, wrappers included. Steps after the episode ended (a termination, or
+    the env's time limit, in agent steps) do not count.
 
     Args:
-        env: a ``make_jax_env`` env (``core``, action bounds ``low``/``high`` of its
-            ``RescaleAction`` and ``episode_length`` are read through the wrappers).
-        sim: one env's simulator state (``EnvState.sim`` without the env axis).
-        time_step: steps taken in the current episode (``EnvState.time`` of that env).
+        env: a ``make_jax_env`` env with one copy (``num_envs == 1``).
+        state: its ``EnvState`` (leaves with a leading env axis of 1).
 
     Returns:
         ``value_fn(actions [N, H, A] in [-1, 1], key) -> [N]``.
     """
-    core, limit = env.core, env.episode_length
-    low, high = jnp.asarray(env.low), jnp.asarray(env.high)
 
     def rollout(actions: jax.Array) -> jax.Array:
-        def step(carry: tuple[Any, jax.Array, jax.Array], action: jax.Array) -> tuple[Any, Any]:
-            state, alive, t = carry
-            # RescaleAction's map from [-1, 1] to the core's native bounds
-            native = low + (jnp.clip(action, -1.0, 1.0) + 1.0) * 0.5 * (high - low)
-            state, _, reward, terminated = core.step(state, native)
-            reward = jnp.where(alive, reward, 0.0)  # also drops NaNs of a terminated Brax state
-            alive = alive & (terminated == 0) & (t + 1 < limit)
-            return (state, alive, t + 1), reward
+        def step(carry: tuple[Any, jax.Array], action: jax.Array) -> tuple[Any, jax.Array]:
+            s, alive = carry
+            s = env.step(s, action[None])
+            reward = jnp.where(alive, s.reward[0], 0.0)  # also drops NaNs of a terminated state
+            alive = alive & (s.terminated[0] + s.truncation[0] == 0)
+            return (s, alive), reward
 
-        alive = jnp.asarray(time_step < limit)
-        _, rewards = jax.lax.scan(step, (sim, alive, time_step), actions)
+        _, rewards = jax.lax.scan(step, (state, jnp.asarray(True)), actions)
         return jnp.sum(rewards)
 
     return lambda actions, key: jax.vmap(rollout)(actions)
 
 
 def make_plan_step(env: Any, config: PlannerConfig) -> Any:
-    """The jitted planning call of every env: ``(env_state, plan, first, key) -> ...``.
+    """The jitted planning call: ``(env_state, plan, first, key) -> (action, plan, value)``.
 
-    Returns a function of the env state (``[num_envs]`` leaves), the plan carry (``PlanState``
-    with a leading ``num_envs`` axis), ``first`` (``[num_envs]`` bool, an episode's first step)
-    and a key, giving ``(actions [num_envs, A] in [-1, 1], plan, value [num_envs])``: the first
-    action of each env's chosen sequence and the best rollout return found.
+    Args:
+        env: a ``make_jax_env`` env with one copy: the env acted in is also the model.
+        config: the planner's settings.
+
+    Returns:
+        A function of the env state, the plan carry (``PlanState`` with a leading axis of 1),
+        ``first`` (``[1]`` bool, an episode's first step) and a key, giving ``(action [1, A]
+        in [-1, 1], plan, value [1])``: the first action of the chosen sequence and the best
+        rollout return found.
+
+    Raises:
+        ValueError: ``env`` has more than one copy.
     """
-
-    def one(sim: Any, t: jax.Array, carry: PlanState, first: jax.Array, key: jax.Array) -> Any:
-        value_fn = true_sim_value_fn(env, sim, t)
-        result, carry = plan(config, value_fn, carry, first, key)
-        return result.actions[0], carry, result.value
+    if env.num_envs != 1:
+        raise ValueError(f"make_plan_step plans for an env with one copy, got {env.num_envs}.")
 
     @jax.jit
     def plan_step(env_state: Any, carry: PlanState, first: jax.Array, key: jax.Array) -> Any:
-        keys = jax.random.split(key, env.num_envs)
-        return jax.vmap(one)(env_state.sim, env_state.time, carry, first, keys)
+        one = jax.tree.map(lambda x: x[0], carry)
+        result, one = plan(config, true_sim_value_fn(env, env_state), one, first[0], key)
+        batch = lambda x: x[None]  # noqa: E731
+        return result.actions[0][None], jax.tree.map(batch, one), result.value[None]
 
     return plan_step
 
@@ -138,19 +162,37 @@ def latency_stats(seconds: list[float] | np.ndarray) -> dict[str, float]:
     }
 
 
+def plan_config(run: PlanRunConfig, planner: PlannerConfig) -> dict[str, Any]:
+    """The resolved settings recorded in ``config.json`` (``model``: ``true_simulator``)."""
+    return {
+        "agent": planner.method,
+        "model": "true_simulator",
+        "env": run.env,
+        "dataset": None,
+        "seed": run.seed,
+        "plan": config_to_dict(run),
+        "agent_config": config_to_dict(planner),
+        "versions": {"jax": jax.__version__},
+    }
+
+
 def plan_run(run: PlanRunConfig, planner: PlannerConfig | None = None) -> dict[str, Any]:
     """Plan through ``run.episodes`` episodes of ``run.env`` with the true simulator as model.
+
+    Resumes from ``run.out``'s newest checkpoint when there is one.
 
     Args:
         run: the env, episodes, seed and run directory.
         planner: the planner's settings (default: ``PlannerConfig()``, TD-MPC2's).
 
     Returns:
-        The summary (also written to ``summary.json``).
+        The summary (also written to ``summary.json``); ``completed`` is False after a stop
+        signal.
 
     Raises:
-        ValueError: ``run.env`` is not a JAX env id, ``run.out`` holds a training run, or
-            ``planner.num_policy_samples > 0`` (there is no policy prior).
+        ValueError: ``run.env`` is not a JAX env id, ``run.out`` holds a training run or a
+            plan run with other settings, or ``planner.num_policy_samples > 0`` (there is no
+            policy prior).
     """
     from jaxrl.envs.jax_envs import is_jax_env, make_jax_env
 
@@ -166,112 +208,124 @@ def plan_run(run: PlanRunConfig, planner: PlannerConfig | None = None) -> dict[s
             "set --num-policy-samples 0."
         )
     out = run.out or default_plan_out(run, planner)
-    if os.path.isdir(os.path.join(out, "checkpoints")):
+    if os.path.isdir(os.path.join(out, "checkpoints")) and not _is_plan_run(out):
         raise ValueError(f"{out} holds a training run (checkpoints/); use another --out.")
     env = make_jax_env(run.env, 1)
-    os.makedirs(out, exist_ok=True)
-    config = {
-        "agent": planner.method,
-        "model": "true_simulator",
-        "env": run.env,
-        "dataset": None,
-        "seed": run.seed,
-        "plan": config_to_dict(run),
-        "agent_config": config_to_dict(planner),
-        "versions": {"jax": jax.__version__},
-    }
-    write_json(os.path.join(out, "config.json"), config)
-    logger = RunLogger(out, run.tensorboard)
-    logger.truncate(0)  # a rerun starts over
+    try:
+        prepare_run_dir(out, plan_config(run, planner))
+        return _plan_episodes(env, run, planner, out)
+    finally:
+        env.close()
 
-    key = jax.random.key(run.seed)
-    reset, step = jax.jit(env.reset), jax.jit(env.step)
-    plan_step = make_plan_step(env, planner)
-    carry0 = init_plan(planner, env.action_size, (1,))
+
+def _is_plan_run(out: str) -> bool:
+    """True when ``out/config.json`` records a ``jaxrl plan`` run."""
+    try:
+        with open(os.path.join(out, "config.json")) as f:
+            return json.load(f).get("model") == "true_simulator"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _plan_episodes(env: Any, run: PlanRunConfig, planner: PlannerConfig, out: str) -> dict:
+    """The loop of ``plan_run`` on a harness over ``out``: plan, act, and per episode a row."""
+    budget = run.episodes * env.episode_length  # no episode is longer
+    cfg = TrainConfig(
+        env=run.env,
+        total_steps=budget,
+        seed=run.seed,
+        eval_every=budget,  # the rows and checkpoints come at episode ends
+        log_every=budget,
+        checkpoint_every=budget,
+        progress=run.progress,
+        tensorboard=run.tensorboard,
+    )
+    h = Harness(planner.method, cfg, [out], phase="plan", where=f"{run.env} (true simulator)")
+    key, k_reset = jax.random.split(jax.random.key(run.seed))
+    fresh = PlanLoopState(env.reset(k_reset), init_plan(planner, env.action_size, (1,)), key)
+    state, metas = h.resume(strongly_typed(fresh))
+    state = jax.device_put(state, jax.devices()[0])
+    meta = metas[0] if metas else {}
+    returns, lengths = list(meta.get("returns", [])), list(meta.get("lengths", []))
+    latencies = list(meta.get("latency_s", []))
+    if len(returns) >= run.episodes:
+        _all_done(h)
+    if (done := h.completed()) is not None:
+        return done[0]
+
+    step = jax.jit(env.step)
     t0 = time.perf_counter()
-    probe = reset(jax.random.key(0))
-    plan_step = plan_step.lower(probe, carry0, jnp.ones(1, bool), key).compile()
+    first = state.env.extras["episode"]["length"] == 0
+    plan_step = make_plan_step(env, planner)
+    plan_step = plan_step.lower(state.env, state.plan, first, state.key).compile()
     compile_s = time.perf_counter() - t0
 
-    bar = None
-    if run.progress:
-        from tqdm import tqdm
+    def record() -> dict[str, Any]:
+        return {"returns": returns, "lengths": lengths, "latency_s": latencies}
 
-        bar = tqdm(total=run.episodes * env.episode_length, unit="step", dynamic_ncols=True)
-    returns, lengths, latencies = [], [], []
-    total_steps, start = 0, time.perf_counter()
-    for episode in range(run.episodes):
-        key, k_reset = jax.random.split(key)
-        env_state, carry = reset(k_reset), carry0
-        ret, length, episode_latency = 0.0, 0, []
-        while True:
-            key, k_plan = jax.random.split(key)
+    saved = None
+    with h:
+        while h.running():
+            key, k_plan = jax.random.split(state.key)
+            first = state.env.extras["episode"]["length"] == 0  # the env's agent steps
             tic = time.perf_counter()
-            action, carry, _ = plan_step(env_state, carry, jnp.full(1, length == 0), k_plan)
+            action, carry, _ = plan_step(state.env, state.plan, first, k_plan)
             action.block_until_ready()
-            episode_latency.append(time.perf_counter() - tic)
-            env_state = step(env_state, action)
-            ret += float(env_state.reward[0])
-            length += 1
-            if bar is not None:
-                bar.update(1)
-            if float(env_state.terminated[0]) + float(env_state.truncation[0]) > 0:
-                break
-        total_steps += length
-        returns.append(ret)
-        lengths.append(length)
-        latencies += episode_latency
-        lat = latency_stats(episode_latency)
-        logger.log(
-            total_steps,
-            {
-                "eval_return": ret,
-                "episode": float(episode),
-                "episode_length": float(length),
-                "plan/latency_ms_median": lat["median"],
-                "plan/latency_ms_p90": lat["p90"],
-            },
-        )
-        if bar is not None:
-            bar.set_postfix({"return": f"{ret:.1f}"}, refresh=False)
-    wall = time.perf_counter() - start
-    if bar is not None:
-        bar.close()
-    logger.plot(f"{planner.method} (true simulator) on {run.env}")
-    logger.close()
+            latencies.append(time.perf_counter() - tic)
+            state = state.replace(env=step(state.env, action), plan=carry, key=key)
+            h.advance(1)
+            info = jax.device_get(state.env.info)
+            length = int(info["episode_length"][0])  # nonzero where an episode just ended
+            if length:
+                returns.append(float(info["episode_return"][0]))
+                lengths.append(length)
+                lat = latency_stats(latencies[-length:])
+                row = {"episode": float(len(returns) - 1), "episode_length": float(length)}
+                row |= {"plan/latency_ms_median": lat["median"], "plan/latency_ms_p90": lat["p90"]}
+                row["time/env_steps_per_s"] = h.rate()
+                h.record_eval([returns[-1]], row)
+                if len(returns) >= run.episodes:
+                    _all_done(h)
+                h.log(row)
+                h.save(state, record())
+                saved = h.step
+        if h.stop.raised and saved != h.step:
+            h.save(state, record())
     lat = latency_stats(latencies)
-    summary = {
-        "agent": planner.method,
+    extra: dict[str, Any] = {
         "model": "true_simulator",
-        "env": run.env,
-        "seed": run.seed,
-        "total_steps": total_steps,
-        "episodes": run.episodes,
+        "episodes": len(returns),
         "episode_returns": returns,
         "episode_lengths": lengths,
-        "final_eval_return_mean": float(np.mean(returns)),
-        "final_eval_return_std": float(np.std(returns)),
-        "normalized_score": None,
-        "wall_clock_s": wall,
-        "env_steps_per_s": total_steps / max(wall, 1e-9),
         "updates_per_s": 0.0,
         "plan_latency_ms_median": lat["median"],
         "plan_latency_ms_p90": lat["p90"],
         "plan_latency_ms_mean": lat["mean"],
         "plan_latency_ms_max": lat["max"],
         "compile_s": compile_s,
-        "completed": True,
     }
-    write_json(os.path.join(out, "summary.json"), summary)
-    env.close()
-    return summary
+    if len(returns) >= run.episodes:
+        extra["final_eval_return_mean"] = float(np.mean(returns))
+        extra["final_eval_return_std"] = float(np.std(returns))
+    return h.finish(extra)[0]
+
+
+def _all_done(h: Harness) -> None:
+    """End the harness's budget at its current step: the last episode has ended.
+
+    The budget is an upper bound (every episode at the time limit); episodes that terminate
+    earlier end the run sooner, and the run is complete then.
+    """
+    h.cadence = dataclasses.replace(h.cadence, total_steps=h.step)
 
 
 __all__ = [
+    "PlanLoopState",
     "PlanRunConfig",
     "default_plan_out",
     "latency_stats",
     "make_plan_step",
+    "plan_config",
     "plan_run",
     "true_sim_value_fn",
 ]

@@ -220,8 +220,8 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
     if config.get("model") == "true_simulator":
         raise ValueError(
             f"{run_dir} is a `jaxrl plan` run (planning with the true simulator): it holds no "
-            "trained agent to evaluate; its episode returns are in summary.json, and rerunning "
-            "the same `jaxrl plan` command plans new episodes."
+            "trained agent to evaluate; its episode returns are in summary.json; rerunning "
+            "the same `jaxrl plan` command resumes it, and another --out plans new episodes."
         )
     if config["agent"] not in registry.names():
         raise ValueError(
