@@ -67,17 +67,19 @@ class Leaks:
 
     def check(self) -> None:
         """Every env closed, every wandb run finished once, no new thread alive."""
-        assert self.envs, "no env was made"
-        open_envs = [e.env_id for e in self.envs if not e.vec.closed]
-        assert not open_envs, f"envs left open: {open_envs}"
-        assert self.runs and all(r.finished == 1 for r in self.runs), [
-            r.finished for r in self.runs
-        ]
+        assert self.envs and self.runs, "no env or no wandb run was made"
+        problems = []
+        if open_envs := [e.env_id for e in self.envs if not e.vec.closed]:
+            problems.append(f"envs left open: {open_envs}")
+        if any(r.finished != 1 for r in self.runs):
+            problems.append(f"wandb runs finished {[r.finished for r in self.runs]} times")
         deadline = time.monotonic() + 2.0
         while (new := set(threading.enumerate()) - self.threads) and time.monotonic() < deadline:
             for t in new:
                 t.join(timeout=0.1)
-        assert not new, f"threads left alive: {sorted(t.name for t in new)}"
+        if new:
+            problems.append(f"threads left alive: {sorted(t.name for t in new)}")
+        assert not problems, "; ".join(problems)
 
 
 @pytest.fixture(scope="module", autouse=True)
