@@ -209,8 +209,10 @@ class Harness:
         """Close the progress bar and the loggers (TensorBoard writer, wandb run); idempotent.
 
         ``finish`` and leaving the ``with`` block both call it, on any exit (a stop, an
-        exception such as Optuna's ``TrialPruned``); a loop whose setup fails before the
-        ``with`` block calls it itself. ``failed``: the run ended by an exception.
+        exception such as Optuna's ``TrialPruned``). Before the ``with`` block nothing is
+        open: the loggers start wandb on entering it and TensorBoard at their first row, so a
+        loop whose setup fails leaks nothing. ``failed``: the run ended by an exception (the
+        wandb run is marked failed).
         """
         bar, self.bar = self.bar, None
         try:
