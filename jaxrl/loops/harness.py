@@ -176,26 +176,51 @@ class Harness:
                 return None
             summaries.append(summary)
         print(f"{', '.join(self.outs)} already completed {self.step} steps; nothing to do.")
-        for logger in self.loggers:
-            logger.close()
+        self.close()
         return summaries
 
     # -- the loop -----------------------------------------------------------------------------
 
     def __enter__(self) -> Harness:
         self.stop.__enter__()
+        try:
+            for logger in self.loggers:
+                logger.open()
+            if self.cfg.progress:
+                from tqdm import tqdm
+
+                self.bar = tqdm(
+                    total=self.cfg.total_steps, initial=self.step, unit="step", dynamic_ncols=True
+                )
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
         self._start = (self.step, time.perf_counter())
         self._last_log = self._start
-        if self.cfg.progress:
-            from tqdm import tqdm
-
-            self.bar = tqdm(
-                total=self.cfg.total_steps, initial=self.step, unit="step", dynamic_ncols=True
-            )
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.stop.__exit__(*exc)
+        try:
+            self.stop.__exit__(*exc)
+        finally:
+            self.close(failed=exc[0] is not None)
+
+    def close(self, failed: bool = False) -> None:
+        """Close the progress bar and the loggers (TensorBoard writer, wandb run); idempotent.
+
+        ``finish`` and leaving the ``with`` block both call it, on any exit (a stop, an
+        exception such as Optuna's ``TrialPruned``). Before the ``with`` block nothing is
+        open: the loggers start wandb on entering it and TensorBoard at their first row, so a
+        loop whose setup fails leaks nothing. ``failed``: the run ended by an exception (the
+        wandb run is marked failed).
+        """
+        bar, self.bar = self.bar, None
+        try:
+            if bar is not None:
+                bar.close()
+        finally:
+            for logger in self.loggers:
+                logger.close(failed)
 
     def running(self) -> bool:
         """True until the budget is done or a stop signal arrived.
@@ -314,12 +339,10 @@ class Harness:
     def finish(self, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Close the bar and loggers, plot, and write each member's ``summary.json``."""
         wall = time.perf_counter() - self._start[1]
-        if self.bar is not None:
-            self.bar.close()
+        self.close()
         for i, logger in enumerate(self.loggers):
             seed = f" (seed {self.seeds[i]})" if self.stacked else ""
             logger.plot(f"{self.name} on {self.where}{seed}")
-            logger.close()
         done = self.step >= self.cadence.total_steps
         if not done and any(d is None for d in self.diverged):
             print(

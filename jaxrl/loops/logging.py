@@ -72,31 +72,45 @@ class RunLogger:
         self.rows: list[dict[str, float]] = read_metrics(self.csv_path)
         self._tensorboard = tensorboard
         self._tb = None
+        self._purge_step: int | None = None
         self._wandb = None
+        self._wandb_args = None
         if wandb_project:
             try:
-                import wandb
+                import wandb  # noqa: F401
             except ImportError as err:
                 raise ImportError(
                     "wandb logging was requested: pip install 'jaxrl[wandb]'"
                 ) from err
-            self._wandb = wandb.init(
-                project=wandb_project,
-                name=run_name,
-                config=config,
-                dir=out_dir,
-                id=run_name,
-                resume="allow",
-            )
+            self._wandb_args = {
+                "project": wandb_project,
+                "name": run_name,
+                "config": config,
+                "dir": out_dir,
+                "id": run_name,
+                "resume": "allow",
+            }
+
+    def open(self) -> None:
+        """Start the wandb run, if one was asked for (``log`` starts it otherwise).
+
+        Nothing else is opened before the first ``log``: a logger that never logs holds no
+        thread (TensorBoard's writer) and no wandb run, so a run that fails while it is set up
+        leaks neither.
+        """
+        if self._wandb_args is not None and self._wandb is None:
+            import wandb
+
+            self._wandb = wandb.init(**self._wandb_args)
 
     def truncate(self, step: int) -> None:
-        """Drop rows logged after ``step`` (used when resuming from an earlier checkpoint)."""
+        """Drop rows logged after ``step`` (used when resuming from an earlier checkpoint).
+
+        TensorBoard events after ``step`` are purged by the writer the next ``log`` opens.
+        """
         self.rows = [r for r in self.rows if r["step"] <= step]
         self._write_csv()
-        if self._tensorboard:
-            from tensorboardX import SummaryWriter
-
-            self._tb = SummaryWriter(self.out_dir, purge_step=step + 1)
+        self._purge_step = step + 1
 
     def log(self, step: int, metrics: dict[str, float], keep_nonfinite: bool = False) -> None:
         """Record ``metrics`` at ``step`` (merged into the row of the same step if present).
@@ -117,10 +131,12 @@ class RunLogger:
             if self._tb is None:
                 from tensorboardX import SummaryWriter
 
-                self._tb = SummaryWriter(self.out_dir)
+                self._tb = SummaryWriter(self.out_dir, purge_step=self._purge_step)
+                self._purge_step = None
             for k, v in clean.items():
                 self._tb.add_scalar(k, v, step)
             self._tb.flush()
+        self.open()
         if self._wandb is not None:
             self._wandb.log(clean, step=step)
 
@@ -144,12 +160,22 @@ class RunLogger:
             title,
         )
 
-    def close(self) -> None:
-        """Flush and close writers."""
-        if self._tb is not None:
-            self._tb.close()
-        if self._wandb is not None:
-            self._wandb.finish()
+    def close(self, failed: bool = False) -> None:
+        """Flush and close the writers (the TensorBoard writer's thread ends); idempotent.
+
+        Args:
+            failed: the run ended by an exception: the wandb run is finished with exit code 1.
+        """
+        tb, self._tb = self._tb, None
+        run, self._wandb, self._wandb_args = self._wandb, None, None
+        try:
+            if tb is not None:
+                tb.close()
+        finally:
+            if run is not None and failed:
+                run.finish(exit_code=1)
+            elif run is not None:
+                run.finish()
 
 
 def _fmt(v: float) -> str:

@@ -10,6 +10,7 @@ the newest checkpoint, or ``policy_step``. Everything is seeded, so a collection
 
 from __future__ import annotations
 
+from contextlib import closing
 from typing import Any
 
 import jax
@@ -40,27 +41,26 @@ def rollout(env_id: str, agent: Any | None, steps: int, seed: int) -> Dataset:
     policy), stored in the environment's units. The last row is marked as a timeout unless its
     episode terminated, so no episode runs past the end of the data.
     """
-    env = make_env(env_id, 1)
-    low, high = env.action_low, env.action_high
-    rng = np.random.default_rng(seed)
-    if agent is not None:
-        key = jax.random.key(seed)
-        act = jax.jit(lambda a, o, t: a.sample_actions(o, jax.random.fold_in(key, t)))
-    cols: dict[str, list] = {k: [] for k in ("obs", "act", "rew", "next", "term", "trunc")}
-    obs = env.reset(seed=seed)
-    for t in range(steps):
-        if agent is None:
-            action = rng.uniform(-1.0, 1.0, (1, env.action_dim)).astype(np.float32)
-        else:
-            action = np.asarray(act(agent, jnp.asarray(obs), t))
-        next_obs, new_obs, reward, terminated, truncated = env.step(action)
-        action = np.clip(action, -1.0, 1.0)
-        native = low + (action + 1.0) * 0.5 * (high - low)
-        row = (obs, native, reward, next_obs, terminated, truncated)
-        for k, v in zip(cols, row, strict=True):
-            cols[k].append(v[0])
-        obs = new_obs
-    env.close()
+    with closing(make_env(env_id, 1)) as env:
+        low, high = env.action_low, env.action_high
+        rng = np.random.default_rng(seed)
+        if agent is not None:
+            key = jax.random.key(seed)
+            act = jax.jit(lambda a, o, t: a.sample_actions(o, jax.random.fold_in(key, t)))
+        cols: dict[str, list] = {k: [] for k in ("obs", "act", "rew", "next", "term", "trunc")}
+        obs = env.reset(seed=seed)
+        for t in range(steps):
+            if agent is None:
+                action = rng.uniform(-1.0, 1.0, (1, env.action_dim)).astype(np.float32)
+            else:
+                action = np.asarray(act(agent, jnp.asarray(obs), t))
+            next_obs, new_obs, reward, terminated, truncated = env.step(action)
+            action = np.clip(action, -1.0, 1.0)
+            native = low + (action + 1.0) * 0.5 * (high - low)
+            row = (obs, native, reward, next_obs, terminated, truncated)
+            for k, v in zip(cols, row, strict=True):
+                cols[k].append(v[0])
+            obs = new_obs
     truncs = np.array(cols["trunc"])
     terms = np.array(cols["term"])
     truncs[-1] = truncs[-1] or not terms[-1]
@@ -91,9 +91,8 @@ def replay_buffer_dataset(run: Any, env_id: str, steps: int | None = None) -> Da
     n = int(run.train_config.num_envs or (64 if is_jax_env(run.config["env"]) else 1))
     order = order[: len(order) // n * n]
     streams = order.reshape(-1, n).T  # [n, steps]: row indices of each env, oldest first
-    env = make_env(env_id, 1)
-    low, high = env.action_low, env.action_high
-    env.close()
+    with closing(make_env(env_id, 1)) as env:
+        low, high = env.action_low, env.action_high
     parts = []
     for rows in streams:
         obs, nxt = data.obs[rows], data.next_obs[rows]
@@ -134,14 +133,12 @@ def _head(ds: Dataset, n: int) -> Dataset:
 
 def policy_return(env_id: str, agent: Any | None, episodes: int, seed: int) -> float:
     """Mean return of the deterministic policy, or of uniform random actions (``agent=None``)."""
-    env = make_env(env_id, episodes)
-    act_fn = None
-    if agent is None:
-        rng = np.random.default_rng(seed)
-        act_fn = lambda _, obs: rng.uniform(-1.0, 1.0, (len(obs), env.action_dim))  # noqa: E731
-    ret = float(np.mean(evaluate(agent, env, seed, act_fn)))
-    env.close()
-    return ret
+    with closing(make_env(env_id, episodes)) as env:
+        act_fn = None
+        if agent is None:
+            rng = np.random.default_rng(seed)
+            act_fn = lambda _, obs: rng.uniform(-1.0, 1.0, (len(obs), env.action_dim))  # noqa: E731
+        return float(np.mean(evaluate(agent, env, seed, act_fn)))
 
 
 def collect(

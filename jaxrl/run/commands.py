@@ -7,6 +7,7 @@ form of the commands (``evaluate_run(DIR)`` returns what ``jaxrl eval DIR`` prin
 from __future__ import annotations
 
 import json
+from contextlib import closing
 from typing import Any
 
 
@@ -34,9 +35,8 @@ def evaluate_run(run_dir: str, episodes: int | None = None) -> dict[str, Any]:
         fn = jax.jit(lambda a, s: evaluate_jax(a, eval_env, jax.random.key(seed), s, policy))
         returns = fn(run.agent, run.obs_stats)
     else:
-        env = make_env(env_id, episodes)
-        returns = evaluate(run.agent, env, seed, policy=policy)
-        env.close()
+        with closing(make_env(env_id, episodes)) as env:
+            returns = evaluate(run.agent, env, seed, policy=policy)
     result = {
         "return_mean": float(returns.mean()),
         "return_std": float(returns.std()),

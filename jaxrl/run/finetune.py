@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from contextlib import closing
 from typing import Any
 
 import jax
@@ -39,6 +40,7 @@ from jaxrl.loops import (
     train_offline,
 )
 from jaxrl.loops.checkpoint import Checkpointer
+from jaxrl.loops.evaluation import close_envs
 from jaxrl.registry import AgentSpec
 from jaxrl.run.offline import OfflineSetup, setup_offline
 from jaxrl.run.runs import online_agent, read_config
@@ -60,14 +62,20 @@ def start_run(spec: AgentSpec, agent_cfg: Any, cfg: TrainConfig, out: str) -> Of
         ValueError: a dataset/env mismatch, or a JAX env (the online phase is the host loop).
     """
     s = setup_offline(spec, agent_cfg, cfg, out)
-    _check_host_env(s.train_config.env)
-    config = run_config(spec.name, s.agent_config, s.train_config)
-    prepare_run_dir(out, {**config, "dataset_info": s.run_config_extras()})
+    try:
+        _check_host_env(s.train_config.env)
+        config = run_config(spec.name, s.agent_config, s.train_config)
+        prepare_run_dir(out, {**config, "dataset_info": s.run_config_extras()})
+    except BaseException:
+        close_envs(s.eval_env)
+        raise
     return s
 
 
 def train_online(s: OfflineSetup, agent: Any, out: str, offline_steps: int = 0) -> dict[str, Any]:
     """The online phase: ``train_host`` on fresh envs with the dataset in every minibatch.
+
+    Its envs and the setup's eval env are closed when it returns or raises.
 
     It runs ``--online-steps`` (default ``--total-steps``) env steps; ``--offline-ratio`` of
     each minibatch comes from the dataset. An offline agent continues in its online
@@ -85,24 +93,24 @@ def train_online(s: OfflineSetup, agent: Any, out: str, offline_steps: int = 0) 
     online_steps = cfg.online_steps or cfg.total_steps
     obs = np.zeros(s.dataset.obs_dim, np.float32)
     act = np.zeros(s.dataset.action_dim, np.float32)
-    agent = online_agent(s.spec, agent, s.agent_config, cfg, obs, act)
-    env = make_env(cfg.env, cfg.num_envs or 1)
     prior = s.data if cfg.offline_ratio > 0 else None
-    summary = train_host(
-        s.spec,
-        agent,
-        env,
-        s.eval_env,
-        dataclasses.replace(cfg, total_steps=online_steps),
-        out,
-        prior=prior,
-        prior_ratio=cfg.offline_ratio,
-        step_offset=offline_steps,
-        score_fn=s.dataset.normalized_score,
-    )
-    env.close()
-    s.eval_env.close()  # a host env: the online phase runs on Gymnasium envs
-    return summary
+    try:
+        agent = online_agent(s.spec, agent, s.agent_config, cfg, obs, act)
+        with closing(make_env(cfg.env, cfg.num_envs or 1)) as env:
+            return train_host(
+                s.spec,
+                agent,
+                env,
+                s.eval_env,
+                dataclasses.replace(cfg, total_steps=online_steps),
+                out,
+                prior=prior,
+                prior_ratio=cfg.offline_ratio,
+                step_offset=offline_steps,
+                score_fn=s.dataset.normalized_score,
+            )
+    finally:
+        close_envs(s.eval_env)  # a host env: the online phase runs on Gymnasium envs
 
 
 def train_with_data(spec: AgentSpec, agent_cfg: Any, cfg: TrainConfig) -> dict:
@@ -137,10 +145,13 @@ def train_offline_to_online(spec: AgentSpec, agent_cfg: Any, cfg: TrainConfig) -
     """
     out = cfg.out or default_out(spec.name, cfg)
     s = start_run(spec, agent_cfg, cfg, out)
-    agent, offline_steps = pretrain(s, out)
-    if agent is None:  # interrupted; the checkpoint is saved and a rerun resumes
-        return {"completed": False}
-    return train_online(s, agent, out, offline_steps)
+    try:
+        agent, offline_steps = pretrain(s, out)
+        if agent is None:  # interrupted; the checkpoint is saved and a rerun resumes
+            return {"completed": False}
+        return train_online(s, agent, out, offline_steps)
+    finally:
+        close_envs(s.eval_env)  # closing twice (train_online closes it) does nothing
 
 
 def pretrain(s: OfflineSetup, out: str) -> tuple[Any, int]:

@@ -58,7 +58,8 @@ def setup_offline(
     learning-rate schedule horizon (``spec.horizon_field``) becomes the offline phase's gradient
     steps (the online phase has its own schedule, see ``jaxrl.run.runs.online_config``); when
     ``out`` already holds the run, its recorded horizon is kept, so extending the budget of a
-    finished run resumes it instead of changing its schedule.
+    finished run resumes it instead of changing its schedule. The caller closes the setup's
+    ``eval_env`` (``jaxrl.loops.evaluation.close_envs``, in a ``finally``).
 
     Args:
         spec: the agent's registry entry.
@@ -71,6 +72,7 @@ def setup_offline(
     """
     from jaxrl.envs import make_env
     from jaxrl.envs.jax_envs import is_jax_env
+    from jaxrl.loops.evaluation import close_envs
 
     # --env names the dataset's env too (scores use its D4RL references if the file has none).
     dataset = load_dataset(train_config.dataset, train_config.env or None)
@@ -98,12 +100,16 @@ def setup_offline(
     else:
         eval_env = make_env(env_id, episodes)
         obs_dim, low, high = eval_env.obs_dim, eval_env.action_low, eval_env.action_high
-    dataset.validate_for_env(obs_dim, low, high, env_id)
-    check_batch_fits(spec, agent_config, dataset)
-    obs = np.zeros(obs_dim, np.float32)
-    act = np.zeros(dataset.action_dim, np.float32)
-    agent = spec.agent.create(agent_config, obs, act, train_config.seed)
-    agent, data = prepare_offline(spec, agent, dataset, low, high)
+    try:
+        dataset.validate_for_env(obs_dim, low, high, env_id)
+        check_batch_fits(spec, agent_config, dataset)
+        obs = np.zeros(obs_dim, np.float32)
+        act = np.zeros(dataset.action_dim, np.float32)
+        agent = spec.agent.create(agent_config, obs, act, train_config.seed)
+        agent, data = prepare_offline(spec, agent, dataset, low, high)
+    except BaseException:
+        close_envs(eval_env)  # the caller closes it once it has the setup
+        raise
     return OfflineSetup(spec, agent, data, eval_env, dataset, train_config, agent_config)
 
 

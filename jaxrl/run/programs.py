@@ -76,11 +76,21 @@ def run_fused(spec: AgentSpec, train_cfg: Any, program: Program) -> list[dict[st
 
 def run_offline(spec: AgentSpec, train_cfg: Any, program: Program) -> list[dict[str, Any]]:
     """Train a program's offline members on the shared device-resident dataset, vmapped."""
-    from jaxrl.loops import train_offline
     from jaxrl.loops.evaluation import close_envs
-    from jaxrl.run.offline import setup_offline, with_data_norm
+    from jaxrl.run.offline import setup_offline
 
     s = setup_offline(spec, program.config, train_cfg, program.members[0].out)
+    try:
+        return _run_offline(spec, program, s)
+    finally:
+        close_envs(s.eval_env)
+
+
+def _run_offline(spec: AgentSpec, program: Program, s: Any) -> list[dict[str, Any]]:
+    """``run_offline`` once its setup ``s`` (dataset, eval env) is made."""
+    from jaxrl.loops import train_offline
+    from jaxrl.run.offline import with_data_norm
+
     horizon = {}
     if spec.horizon_field is not None:  # the schedule's horizon the setup resolved
         horizon = {spec.horizon_field: getattr(s.agent_config, spec.horizon_field)}
@@ -105,15 +115,5 @@ def run_offline(spec: AgentSpec, train_cfg: Any, program: Program) -> list[dict[
     agents = member_agents(spec, program, make)
     outs = [m.out for m in program.members]
     seeds = [m.seed for m in program.members]
-    summaries = train_offline(
-        spec,
-        agents,
-        s.data,
-        s.eval_env,
-        cfg,
-        outs,
-        seeds=seeds,
-        score_fn=s.dataset.normalized_score,
-    )
-    close_envs(s.eval_env)
-    return summaries
+    score = s.dataset.normalized_score
+    return train_offline(spec, agents, s.data, s.eval_env, cfg, outs, seeds=seeds, score_fn=score)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from contextlib import closing
 from typing import Any
 
 import jax
@@ -262,9 +263,8 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
     else:
         from jaxrl.envs import make_env
 
-        env = make_env(env_id, 1)
-        obs, act = env.obs_example, env.action_example
-        env.close()
+        with closing(make_env(env_id, 1)) as env:
+            obs, act = env.obs_example, env.action_example
     agent = spec.agent.create(agent_cfg, obs, act, seed)
     if phase == "offline":
         template = OfflineState(agent, jax.random.key(0))

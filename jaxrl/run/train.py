@@ -9,6 +9,7 @@ call it too. It is re-exported as ``jaxrl.cli.app.train``, the name scripts and 
 from __future__ import annotations
 
 import os
+from contextlib import closing
 from typing import Any
 
 
@@ -86,15 +87,14 @@ def _train_host(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     from jaxrl.envs import make_env
     from jaxrl.loops import default_out, prepare_run_dir, run_config, train_host
 
-    env = make_env(train_cfg.env, train_cfg.num_envs or 1)
-    eval_env = make_env(train_cfg.env, train_cfg.eval_episodes)
-    out = train_cfg.out or default_out(spec.name, train_cfg)
-    prepare_run_dir(out, run_config(spec.name, agent_cfg, train_cfg))
-    agent = spec.agent.create(agent_cfg, env.obs_example, env.action_example, train_cfg.seed)
-    summary = train_host(spec, agent, env, eval_env, train_cfg, out)
-    env.close()
-    eval_env.close()
-    return summary
+    n = train_cfg.num_envs or 1
+    with closing(make_env(train_cfg.env, n)) as env:
+        with closing(make_env(train_cfg.env, train_cfg.eval_episodes)) as eval_env:
+            out = train_cfg.out or default_out(spec.name, train_cfg)
+            prepare_run_dir(out, run_config(spec.name, agent_cfg, train_cfg))
+            obs, act = env.obs_example, env.action_example
+            agent = spec.agent.create(agent_cfg, obs, act, train_cfg.seed)
+            return train_host(spec, agent, env, eval_env, train_cfg, out)
 
 
 def _train_offline(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
@@ -114,12 +114,13 @@ def _train_offline(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
         summaries = run_offline(spec, train_cfg, Program(agent_cfg, {}, members))
         return _seeds_summary(spec, train_cfg, out, outs, summaries)
     s = setup_offline(spec, agent_cfg, train_cfg, out)
-    config = run_config(spec.name, s.agent_config, s.train_config)
-    prepare_run_dir(out, {**config, "dataset_info": s.run_config_extras()})
-    score = s.dataset.normalized_score
-    summary = train_offline(spec, s.agent, s.data, s.eval_env, s.train_config, out, score_fn=score)
-    close_envs(s.eval_env)
-    return summary
+    try:
+        config = run_config(spec.name, s.agent_config, s.train_config)
+        prepare_run_dir(out, {**config, "dataset_info": s.run_config_extras()})
+        score = s.dataset.normalized_score
+        return train_offline(spec, s.agent, s.data, s.eval_env, s.train_config, out, score_fn=score)
+    finally:
+        close_envs(s.eval_env)
 
 
 def _train_jax(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:

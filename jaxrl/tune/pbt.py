@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from contextlib import closing
 from typing import Any
 
 from jaxrl.tune.space import SETTINGS_KEYS, apply_settings
@@ -111,10 +112,8 @@ def _examples(env_id: str) -> tuple[Any, Any]:
         return jnp.zeros(env.observation_size, jnp.float32), jnp.zeros(env.action_size, jnp.float32)
     from jaxrl.envs import make_env
 
-    env = make_env(env_id, 1)
-    obs, act = env.obs_example, env.action_example
-    env.close()
-    return obs, act
+    with closing(make_env(env_id, 1)) as env:
+        return env.obs_example, env.action_example
 
 
 def transplant(
