@@ -11,12 +11,16 @@ import subprocess
 import sys
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
 
 from jaxrl.cli import EXIT_DIVERGED, EXIT_STOPPED, main
 from jaxrl.data import Dataset, save_d4rl
 from jaxrl.envs import HostEnv
+from jaxrl.loops import guarded_updates
 from jaxrl.loops.checkpoint import Checkpointer
 from jaxrl.loops.logging import read_metrics
 
@@ -171,9 +175,6 @@ def test_sigterm_saves_and_exits_with_the_requeue_status(tmp_path):
 
 
 def _float_leaves(tree):
-    import jax
-    import jax.numpy as jnp
-
     leaves = [jnp.asarray(x) for x in jax.tree.leaves(tree)]
     return [np.asarray(x) for x in leaves if jnp.issubdtype(x.dtype, jnp.floating)]
 
@@ -255,9 +256,6 @@ def test_fused_loop_honours_on_nonfinite(agent, mode, monkeypatch):
     The off-policy iteration once discarded such updates whatever the mode. ('stop' runs the
     'warn' program and ends the run in the harness: test_huge_learning_rate_in_the_fused_loop.)
     """
-    import jax
-    import jax.numpy as jnp
-
     from jaxrl import registry
     from jaxrl.loops import NONFINITE, TrainConfig, init_fused_state, strongly_typed
     from jaxrl.loops.fused import _iteration, jit_chunk
@@ -300,3 +298,25 @@ def test_offline_loop_honours_on_nonfinite(mode, tmp_path, capsys):
     argv += ["--log-every", "50", "--checkpoint-every", "50", "--batch-size", "16"]
     code, text = _train_out([*argv, *TINY, "--out", out, "--on-nonfinite", mode], capsys)
     _check_mode(mode, code, out, text, pristine=False)
+
+
+class _Toy(struct.PyTreeNode):
+    """An agent whose update adds the batch to its parameter (a NaN batch: a NaN update)."""
+
+    w: jax.Array
+
+    def update(self, batch):
+        return self.replace(w=self.w + batch), {"loss": jnp.sum(batch)}
+
+
+def test_guarded_updates_apply_the_mode_and_select_only_when_skipping():
+    batches = jnp.array([[1.0, 1.0], [jnp.nan, 0.0], [2.0, 2.0]])
+    for mode, want in [("warn", np.nan), ("stop", np.nan), ("skip", 3.0)]:
+        agent, info, bad = guarded_updates(_Toy(jnp.zeros(2)), batches, mode)
+        assert int(bad) == (1 if mode == "skip" else 2)  # after a kept NaN, every one is bad
+        np.testing.assert_array_equal(agent.w[1], 3.0)
+        assert np.isnan(agent.w[0]) if np.isnan(want) else agent.w[0] == want
+        jaxpr = str(jax.make_jaxpr(lambda a, m=mode: guarded_updates(a, batches, m))(agent))
+        assert ("select_n" in jaxpr) == (mode == "skip")  # no jnp.where over the agent else
+    with pytest.raises(ValueError, match="on_nonfinite"):  # e.g. a function passed as the mode
+        guarded_updates(_Toy(jnp.zeros(2)), batches, lambda: None)
