@@ -248,13 +248,14 @@ TINY_AGENTS = {
 }
 
 
-@pytest.mark.parametrize("mode", ["warn", "skip"])
-@pytest.mark.parametrize("agent", ["sac", "ppo"])
+@pytest.mark.parametrize(("agent", "mode"), [("sac", "warn"), ("sac", "skip"), ("ppo", "skip")])
 def test_fused_loop_honours_on_nonfinite(agent, mode, monkeypatch):
     """Two iterations of the fused loop's program, every update non-finite (NaN rewards).
 
     The off-policy iteration once discarded such updates whatever the mode. ('stop' runs the
-    'warn' program and ends the run in the harness: test_huge_learning_rate_in_the_fused_loop.)
+    'warn' program and ends the run in the harness: test_huge_learning_rate_in_the_fused_loop.
+    PPO's 'warn' is left out for time: its iteration passes the mode as the off-policy one does,
+    to the same guarded_update.)
     """
     from jaxrl import registry
     from jaxrl.loops import NONFINITE, TrainConfig, init_fused_state, strongly_typed
