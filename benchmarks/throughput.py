@@ -37,7 +37,7 @@ from jaxrl import registry
 from jaxrl.agents import td3 as td3_lib
 from jaxrl.buffers import make_replay_buffer
 from jaxrl.loops import TrainConfig
-from jaxrl.loops.host import _update_step
+from jaxrl.loops.device import update_step
 from jaxrl.loops.logging import read_metrics
 from jaxrl.run import train
 from jaxrl.types import Transition
@@ -81,7 +81,7 @@ def update_rate(name: str, k: int = 50, calls: int = 10) -> dict:
     )
     buf = make_replay_buffer(n)
     state = buf.add(buf.init(jax.tree.map(lambda x: x[0], data)), data)
-    step = jax.jit(partial(_update_step, num_updates=k, batch_size=BATCH), donate_argnums=(0, 1))
+    step = jax.jit(partial(update_step, num_updates=k, batch_size=BATCH), donate_argnums=(0, 1))
     key = jax.random.key(1)
     agent, key, _ = step(agent, key, state, None)
     jax.block_until_ready(agent)

@@ -18,7 +18,8 @@ from jaxrl.buffers import buffer_from_arrays, make_replay_buffer, sample_minibat
 from jaxrl.data.dataset import Dataset
 from jaxrl.data.episodes import EpisodeTracker, monte_carlo_returns
 from jaxrl.loops import TrainConfig
-from jaxrl.loops.host import _learn, _Rows, _Sampler, _update_step
+from jaxrl.loops.device import update_step
+from jaxrl.loops.host import _learn, _Rows, _Sampler
 from jaxrl.offline.cql import CQL, CalQLConfig, calibrate
 from jaxrl.types import Transition
 
@@ -112,7 +113,7 @@ def test_offline_ratio_of_every_sampled_batch_matches_the_config(ratio):
     assert int(agent.seen) == 4 and int(bad) == 0
     assert float(info["offline_share"]) == pytest.approx(round(ratio * batch_size) / batch_size)
     # The fused loop's update step samples on the device, with the same layout.
-    step = jax.jit(_update_step, static_argnames=("num_updates", "batch_size", "prior_ratio"))
+    step = jax.jit(update_step, static_argnames=("num_updates", "batch_size", "prior_ratio"))
     agent, _, info = step(
         _Probe(jnp.int32(0)), jax.random.key(1), online, prior,
         num_updates=4, batch_size=batch_size, prior_ratio=ratio,

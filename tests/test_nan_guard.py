@@ -11,12 +11,16 @@ import subprocess
 import sys
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
 
 from jaxrl.cli import EXIT_DIVERGED, EXIT_STOPPED, main
 from jaxrl.data import Dataset, save_d4rl
 from jaxrl.envs import HostEnv
+from jaxrl.loops import guarded_updates
 from jaxrl.loops.checkpoint import Checkpointer
 from jaxrl.loops.logging import read_metrics
 
@@ -108,7 +112,8 @@ def test_huge_learning_rate_in_the_fused_loop(tmp_path, capsys):
     assert _summary(out)["status"] == "diverged"
 
 
-def test_rewards_near_float32_max_offline(tmp_path, capsys):
+def _huge_reward_dataset(tmp_path):
+    """A small Pendulum dataset whose rewards overflow any TD target (a D4RL HDF5 file)."""
     rng = np.random.default_rng(0)
     n = 400
     obs = rng.normal(size=(n, 3)).astype(np.float32)
@@ -121,7 +126,11 @@ def test_rewards_near_float32_max_offline(tmp_path, capsys):
         timeouts=(np.arange(n) % 100 == 99),
         env_id="Pendulum-v1",
     )
-    path = save_d4rl(data, str(tmp_path / "huge.hdf5"))
+    return save_d4rl(data, str(tmp_path / "huge.hdf5"))
+
+
+def test_rewards_near_float32_max_offline(tmp_path, capsys):
+    path = _huge_reward_dataset(tmp_path)
     out = str(tmp_path / "run")
     argv = ["td3-bc", "--dataset", path, "--total-steps", "200", "--eval-every", "100"]
     argv += ["--log-every", "50", "--batch-size", "32"]
@@ -157,3 +166,158 @@ def test_sigterm_saves_and_exits_with_the_requeue_status(tmp_path):
     assert "checkpoint saved" in output
     step = _checkpoint_steps(out)[-1]
     assert step >= 100 and _summary(out)["status"] == "stopped"
+
+
+# -- warn / skip / stop in every loop ----------------------------------------------------------
+# All rewards are NaN (or overflow) from the start, so every update leaves NaN in the agent:
+# 'warn' keeps them (and says so), 'skip' discards every one (the agent never changes), 'stop'
+# ends the run with status 3.
+
+
+def _float_leaves(tree):
+    leaves = [jnp.asarray(x) for x in jax.tree.leaves(tree)]
+    return [np.asarray(x) for x in leaves if jnp.issubdtype(x.dtype, jnp.floating)]
+
+
+def _check_mode(mode, code, out, capsys_out, pristine):
+    """The run in ``out`` (``capsys_out``: its stdout) followed ``--on-nonfinite mode``.
+
+    ``pristine``: its first checkpoint holds the agent before any update (else after some);
+    its last one holds the agent after every (non-finite) update.
+    """
+    from jaxrl.run.runs import load_run
+
+    if mode == "stop":
+        assert code == EXIT_DIVERGED
+        assert _summary(out)["status"] == "diverged"
+        return
+    assert code == 0
+    rows = read_metrics(os.path.join(out, "metrics.csv"))
+    assert rows[-1]["train/nonfinite_updates"] > 0
+    steps = _checkpoint_steps(out)
+    assert len(steps) > 1
+    before = _float_leaves(load_run(out, steps[0]).agent)
+    after = _float_leaves(load_run(out, steps[-1]).agent)
+    if pristine or mode == "skip":
+        assert before and not any(np.isnan(x).any() for x in before)
+    if mode == "warn":  # the NaN updates were applied, and the run says so
+        assert "left NaN in the agent" in capsys_out
+        assert any(np.isnan(x).any() for x in after)
+    else:  # every update was discarded: the agent is the one from before them
+        assert "were skipped" in capsys_out
+        assert len(after) == len(before)
+        for a, b in zip(after, before, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def _train_out(argv, capsys):
+    """``jaxrl train ...``: (exit status, stdout)."""
+    try:
+        main(["train", *argv])
+        code = 0
+    except SystemExit as exit:
+        code = exit.code
+    return code, capsys.readouterr().out
+
+
+def _nan_rewards_jax(monkeypatch):
+    """JAX envs of 2 copies (the training envs; eval has 1) return NaN rewards."""
+    from jaxrl.envs.jax_envs import VecEnv
+
+    original = VecEnv.step
+
+    def step_fn(self, state, action):
+        state = original(self, state, action)
+        if self.num_envs == 2:
+            state = state.replace(reward=state.reward * np.float32(np.nan))
+        return state
+
+    monkeypatch.setattr(VecEnv, "step", step_fn)
+
+
+TINY_AGENTS = {
+    "sac": {"hidden_dims": (8, 8), "batch_size": 8, "learning_starts": 4, "buffer_size": 64},
+    "ppo": {
+        "policy_hidden_dims": (8,),
+        "value_hidden_dims": (8,),
+        "batch_size": 2,
+        "num_minibatches": 2,
+        "unroll_length": 2,
+        "num_updates_per_batch": 1,
+    },
+}
+
+
+@pytest.mark.parametrize(("agent", "mode"), [("sac", "warn"), ("sac", "skip"), ("ppo", "skip")])
+def test_fused_loop_honours_on_nonfinite(agent, mode, monkeypatch):
+    """Two iterations of the fused loop's program, every update non-finite (NaN rewards).
+
+    The off-policy iteration once discarded such updates whatever the mode. ('stop' runs the
+    'warn' program and ends the run in the harness: test_huge_learning_rate_in_the_fused_loop.
+    PPO's 'warn' is left out for time: its iteration passes the mode as the off-policy one does,
+    to the same guarded_update.)
+    """
+    from jaxrl import registry
+    from jaxrl.loops import NONFINITE, TrainConfig, init_fused_state, strongly_typed
+    from jaxrl.loops.fused import _iteration, jit_chunk
+    from jaxrl.run.runs import make_jax_envs
+
+    _nan_rewards_jax(monkeypatch)
+    spec = registry.get(agent)
+    agent_cfg = spec.config(**TINY_AGENTS[agent])
+    env, _ = make_jax_envs("jax:pendulum", 2, 1, agent_cfg, spec)
+    cfg = TrainConfig(env="jax:pendulum", num_envs=2, on_nonfinite=mode)
+    iteration, unit, updates = _iteration(spec, agent_cfg, env, cfg)
+    states = jax.tree.map(lambda x: jnp.asarray(x)[None], init_fused_state(spec, agent_cfg, env, 0))
+    states = strongly_typed(states)  # as train_fused makes them
+    before = [np.array(x) for x in _float_leaves(states.agent)]
+    start = 0 if spec.kind == "on-policy" else agent_cfg.learning_starts  # learning from here
+    states, metrics = jit_chunk(iteration, 2, unit)(states, jnp.int32(start))
+    assert int(metrics[NONFINITE][0]) == 2 * updates  # every update counted
+    after = _float_leaves(states.agent)
+    if mode == "warn":  # the NaN updates were applied
+        assert any(np.isnan(x).any() for x in after)
+    else:  # every update was discarded: the agent is the one from before them
+        for a, b in zip(after, before, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_host_loop_warn_mode_keeps_the_nan_updates(tmp_path, monkeypatch, capsys):
+    out = str(tmp_path / "run")
+    _nan_rewards_from(1, monkeypatch)
+    argv = [*HOST[:5], "--total-steps", "200", "--learning-starts", "100"]
+    argv += ["--checkpoint-every", "100", "--eval-every", "200", "--log-every", "100"]
+    code, text = _train_out([*argv, *TINY, "--out", out, "--on-nonfinite", "warn"], capsys)
+    _check_mode("warn", code, out, text, pristine=True)
+
+
+@pytest.mark.parametrize("mode", ["warn", "skip"])
+def test_offline_loop_honours_on_nonfinite(mode, tmp_path, capsys):
+    path = _huge_reward_dataset(tmp_path)
+    out = str(tmp_path / "run")
+    argv = ["td3-bc", "--dataset", path, "--total-steps", "100", "--eval-every", "100"]
+    argv += ["--log-every", "50", "--checkpoint-every", "50", "--batch-size", "16"]
+    code, text = _train_out([*argv, *TINY, "--out", out, "--on-nonfinite", mode], capsys)
+    _check_mode(mode, code, out, text, pristine=False)
+
+
+class _Toy(struct.PyTreeNode):
+    """An agent whose update adds the batch to its parameter (a NaN batch: a NaN update)."""
+
+    w: jax.Array
+
+    def update(self, batch):
+        return self.replace(w=self.w + batch), {"loss": jnp.sum(batch)}
+
+
+def test_guarded_updates_apply_the_mode_and_select_only_when_skipping():
+    batches = jnp.array([[1.0, 1.0], [jnp.nan, 0.0], [2.0, 2.0]])
+    for mode, want in [("warn", np.nan), ("stop", np.nan), ("skip", 3.0)]:
+        agent, info, bad = guarded_updates(_Toy(jnp.zeros(2)), batches, mode)
+        assert int(bad) == (1 if mode == "skip" else 2)  # after a kept NaN, every one is bad
+        np.testing.assert_array_equal(agent.w[1], 3.0)
+        assert np.isnan(agent.w[0]) if np.isnan(want) else agent.w[0] == want
+        jaxpr = str(jax.make_jaxpr(lambda a, m=mode: guarded_updates(a, batches, m))(agent))
+        assert ("select_n" in jaxpr) == (mode == "skip")  # no jnp.where over the agent else
+    with pytest.raises(ValueError, match="on_nonfinite"):  # e.g. a function passed as the mode
+        guarded_updates(_Toy(jnp.zeros(2)), batches, lambda: None)

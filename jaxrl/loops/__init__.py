@@ -3,7 +3,8 @@
 - ``config``: the loop options (``TrainConfig``) and ``config.json``.
 - ``harness``: run directory, resume, logging, checkpoints, progress, summary.
 - ``cadence``: when to log, evaluate and checkpoint; the ``on_eval`` hooks; the stop flag.
-- ``device``: strongly typed state, one compiled chunk per length, the NaN guard.
+- ``device``: strongly typed state, one compiled chunk per length, the NaN guard (the update
+  call of every loop, ``guarded_update``, which applies ``--on-nonfinite``).
 - ``host``: Gymnasium envs, one jitted update-and-act call per env step.
 - ``host_state``: what the host loop keeps on the host between env steps (sampler, episodes).
 - ``fused``: JAX envs, acting, simulating, storing and learning as one XLA program per chunk.
@@ -20,7 +21,15 @@ Every loop takes the agent's registry entry (``jaxrl.registry.AgentSpec``).
 from jaxrl.loops.cadence import Cadence, Points
 from jaxrl.loops.checkpoint import Checkpointer
 from jaxrl.loops.config import TrainConfig, default_out, prepare_run_dir, run_config
-from jaxrl.loops.device import NONFINITE, nonfinite, strongly_typed
+from jaxrl.loops.device import (
+    NONFINITE,
+    NONFINITE_MODES,
+    guarded_update,
+    guarded_updates,
+    nonfinite,
+    strongly_typed,
+    update_step,
+)
 from jaxrl.loops.evaluation import evaluate, evaluate_jax
 from jaxrl.loops.fused import FusedState, init_fused_state, train_fused
 from jaxrl.loops.harness import Harness
@@ -29,6 +38,7 @@ from jaxrl.loops.offline import OfflineState, train_offline
 
 __all__ = [
     "NONFINITE",
+    "NONFINITE_MODES",
     "Cadence",
     "Checkpointer",
     "FusedState",
@@ -40,6 +50,8 @@ __all__ = [
     "default_out",
     "evaluate",
     "evaluate_jax",
+    "guarded_update",
+    "guarded_updates",
     "init_fused_state",
     "init_loop_state",
     "nonfinite",
@@ -49,4 +61,5 @@ __all__ = [
     "train_fused",
     "train_host",
     "train_offline",
+    "update_step",
 ]

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import jax
 
 from jaxrl.config import check_choice, check_positive, check_range, config_to_dict
+from jaxrl.loops.device import NONFINITE_MODES
 from jaxrl.loops.logging import write_json
 
 
@@ -90,7 +91,7 @@ class TrainConfig:
             check_range(self, "offline_steps", 0, float("inf"))
         check_range(self, "offline_ratio", 0.0, 1.0)
         check_choice(self, "online_lr_schedule", ("constant", "cosine"))
-        check_choice(self, "on_nonfinite", ("stop", "skip", "warn"))
+        check_choice(self, "on_nonfinite", NONFINITE_MODES)
 
 
 def run_config(agent_name: str, agent_config: Any, cfg: TrainConfig) -> dict[str, Any]:

@@ -19,10 +19,15 @@ from flax import struct
 from jaxrl.buffers import BufferState, buffer_add, make_replay_buffer
 from jaxrl.loops.acting import acting
 from jaxrl.loops.config import TrainConfig
-from jaxrl.loops.device import NONFINITE, compile_cache, guarded_update, strongly_typed
+from jaxrl.loops.device import (
+    NONFINITE,
+    compile_cache,
+    guarded_update,
+    strongly_typed,
+    update_step,
+)
 from jaxrl.loops.evaluation import evaluate_jax
 from jaxrl.loops.harness import Harness
-from jaxrl.loops.host import _update_step
 from jaxrl.registry import AgentSpec
 from jaxrl.types import Rollout, Transition
 
@@ -86,12 +91,13 @@ def _off_policy_iteration(
     explore: Any,
     sequence: tuple[int, int] | None,
     burst: bool,
-    skip: bool = False,
+    on_nonfinite: str = "stop",
 ) -> tuple[FusedState, tuple[Any, ...]]:
     """Act in every env, step, add the transitions, then ``num_updates`` gradient steps.
 
     ``explore`` acts (``jaxrl.loops.acting``); ``sequence`` makes minibatches of consecutive steps;
     with ``burst``, the iteration where learning starts first runs ``learning_starts`` updates.
+    ``on_nonfinite``: the NaN guard's mode (``guarded_update``).
     """
     acfg = state.agent.config
     rng, k_act, k_rand = jax.random.split(state.rng, 3)
@@ -115,9 +121,10 @@ def _off_policy_iteration(
         agent: Any, rng: jax.Array, num: int = num_updates
     ) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
         sizes = {"num_updates": num, "batch_size": acfg.batch_size, "sequence": sequence}
-        return _update_step(agent, rng, buffer, None, **sizes, skip=skip)
+        return update_step(agent, rng, buffer, None, **sizes, on_nonfinite=on_nonfinite)
 
-    def skip(agent: Any, rng: jax.Array) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+    def wait(agent: Any, rng: jax.Array) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+        """Before ``learning_starts``: no update, and ``learn``'s metrics as zeros."""
         shapes = jax.eval_shape(learn, agent, rng)[2]
         return agent, rng, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
@@ -134,15 +141,20 @@ def _off_policy_iteration(
         first_learn = (step >= acfg.learning_starts) & (step < acfg.learning_starts + env.num_envs)
         agent, rng, pre_bad = jax.lax.cond(first_learn, pretrain, no_pretrain, agent, rng)
         bad = bad + pre_bad
-    agent, rng, info = jax.lax.cond(step >= acfg.learning_starts, learn, skip, agent, rng)
+    agent, rng, info = jax.lax.cond(step >= acfg.learning_starts, learn, wait, agent, rng)
     new = FusedState(agent, buffer, env_state, rng, bad + info.pop(NONFINITE), plan)
     return new, (info, *_episode_stats(env_state))
 
 
 def _on_policy_iteration(
-    state: FusedState, step: jax.Array, *, env: Any, rollout_length: int, skip: bool = False
+    state: FusedState,
+    step: jax.Array,
+    *,
+    env: Any,
+    rollout_length: int,
+    on_nonfinite: str = "stop",
 ) -> tuple[FusedState, tuple[Any, ...]]:
-    """Collect ``rollout_length`` steps in every env, then one agent update on that rollout."""
+    """Collect ``rollout_length`` steps in every env, then one (guarded) update on that rollout."""
     del step
 
     def env_step(carry: tuple[Any, jax.Array], _: Any) -> tuple[Any, Any]:
@@ -165,7 +177,7 @@ def _on_policy_iteration(
     (env_state, rng), (rollout, (sums, count)) = jax.lax.scan(
         env_step, (state.env, state.rng), None, length=rollout_length
     )
-    agent, info, bad = guarded_update(state.agent, rollout, skip)
+    agent, info, bad = guarded_update(state.agent, rollout, on_nonfinite)
     bad = state.nonfinite + bad.astype(jnp.int32)
     new = state.replace(agent=agent, env=env_state, rng=rng, nonfinite=bad)
     return new, (info, jax.tree.map(jnp.sum, sums), count.sum())
@@ -212,10 +224,12 @@ def _chunk(
 
 def _iteration(spec: AgentSpec, agent_config: Any, env: Any, cfg: TrainConfig) -> tuple:
     """``(iteration, env steps per iteration, gradient steps per iteration)`` of ``spec``."""
-    n, skip = env.num_envs, cfg.on_nonfinite == "skip"
+    n, mode = env.num_envs, cfg.on_nonfinite
     if spec.kind == "on-policy":
         rollout_length = agent_config.rollout_length(n)
-        iteration = partial(_on_policy_iteration, env=env, rollout_length=rollout_length, skip=skip)
+        iteration = partial(
+            _on_policy_iteration, env=env, rollout_length=rollout_length, on_nonfinite=mode
+        )
         return iteration, rollout_length * n, 1
     num_updates = cfg.updates_per_step or agent_config.utd_ratio * n
     length = spec.sequence_length(agent_config)
@@ -227,7 +241,7 @@ def _iteration(spec: AgentSpec, agent_config: Any, env: Any, cfg: TrainConfig) -
         explore=acting(spec).explore,
         sequence=sequence,
         burst=spec.burst_at_start,
-        skip=skip,
+        on_nonfinite=mode,
     )
     return iteration, n, num_updates
 

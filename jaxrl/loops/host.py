@@ -31,13 +31,11 @@ from jaxrl.buffers import (
     buffer_gather,
     make_replay_buffer,
     pick_sequences,
-    sample_minibatches,
-    sample_sequences,
 )
 from jaxrl.envs.gym import HostEnv
 from jaxrl.loops.acting import acting
 from jaxrl.loops.config import TrainConfig
-from jaxrl.loops.device import NONFINITE, guarded_update
+from jaxrl.loops.device import NONFINITE, guarded_updates
 from jaxrl.loops.evaluation import evaluator
 from jaxrl.loops.harness import Harness
 from jaxrl.loops.host_state import LoopState, _Host, _Rows, _Sampler  # noqa: F401  (_Rows: tests import it here)
@@ -66,50 +64,6 @@ def init_loop_state(spec: AgentSpec, agent: Any, env: HostEnv) -> LoopState:
     return LoopState(agent, buffer.init(example), jnp.zeros((), jnp.int32), plan)
 
 
-def _update_step(
-    agent: Any,
-    rng: jax.Array,
-    buffer: BufferState,
-    prior: BufferState | None,
-    *,
-    num_updates: int,
-    batch_size: int,
-    prior_ratio: float = 0.0,
-    sequence: tuple[int, int] | None = None,
-    skip: bool = False,
-) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
-    """Run ``num_updates`` gradient steps under ``lax.scan`` on minibatches sampled on the device.
-
-    With ``prior`` (offline data) each minibatch mixes ``prior_ratio`` of its rows from it.
-    With ``sequence = (length, stride)`` a minibatch holds runs of ``length`` consecutive steps
-    (``sample_sequences``). The returned metrics are the last update's, plus ``NONFINITE``:
-    after how many of the updates the agent held a NaN (with ``skip``: how many were discarded).
-    (The fused loop's update; the host loop draws its rows on the host, ``_learn``.)
-    """
-    rng, key = jax.random.split(rng)
-    if sequence is not None:
-        batches = sample_sequences(buffer, key, num_updates, batch_size, *sequence)
-    else:
-        batches = sample_minibatches(buffer, key, num_updates, batch_size, prior, prior_ratio)
-    agent, info = _scan_updates(agent, batches, skip)
-    return agent, rng, info
-
-
-def _scan_updates(agent: Any, batches: Any, skip: bool = False) -> tuple[Any, dict[str, jax.Array]]:
-    """One ``agent.update`` per minibatch (leading axis of ``batches``) under ``lax.scan``.
-
-    With ``skip``, updates that leave a NaN in the agent are discarded (``guarded_update``).
-    """
-
-    def body(agent: Any, batch: Any) -> tuple[Any, tuple[dict[str, jax.Array], jax.Array]]:
-        agent, info, bad = guarded_update(agent, batch, skip)
-        return agent, (info, bad)
-
-    agent, (infos, bad) = jax.lax.scan(body, agent, batches)
-    info = jax.tree.map(lambda x: x[-1], infos)
-    return agent, {**info, NONFINITE: jnp.sum(bad, dtype=jnp.int32)}
-
-
 def _learn(
     agent: Any,
     nonfinite: jax.Array,
@@ -119,7 +73,7 @@ def _learn(
     prior_rows: jax.Array | None,
     *,
     sequences: int | None = None,
-    skip: bool = False,
+    on_nonfinite: str = "stop",
 ) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
     """The host loop's update: one gradient step per row of ``rows`` (``[updates, batch]``).
 
@@ -127,7 +81,7 @@ def _learn(
     ``rows`` of the replay buffer (the layout of ``sample_minibatches``). With ``sequences``
     (a batch size), ``rows`` are candidate sequences ``[updates, candidates, length]`` and each
     minibatch is ``sequences`` of them (``pick_sequences``). ``nonfinite`` gains the updates
-    after which the agent held a NaN (with ``skip``, the discarded ones).
+    after which the agent held a NaN (``guarded_updates``: in 'skip' mode, the discarded ones).
 
     The buffer is a read-only argument here and is written only by the separate ``buffer_add``
     call, which is what lets the loop dispatch this update before the env step.
@@ -139,8 +93,8 @@ def _learn(
     if prior_rows is not None:
         first = buffer_gather(prior, prior_rows)
         batches = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=1), first, batches)
-    agent, info = _scan_updates(agent, batches, skip)
-    return agent, nonfinite + info.pop(NONFINITE), info
+    agent, info, bad = guarded_updates(agent, batches, on_nonfinite)
+    return agent, nonfinite + bad, info
 
 
 def _act(
@@ -210,8 +164,8 @@ def train_host(
     if (done := h.completed()) is not None:
         return done[0]
     sequences = None if sequence is None else acfg.batch_size
-    skip = cfg.on_nonfinite == "skip"
-    learn_fn = jax.jit(partial(_learn, sequences=sequences, skip=skip), donate_argnums=(0, 1))
+    learn = partial(_learn, sequences=sequences, on_nonfinite=cfg.on_nonfinite)
+    learn_fn = jax.jit(learn, donate_argnums=(0, 1))
     policy, act_key = acting(spec), jax.random.key(cfg.seed + 2)
     jit_act = jax.jit(partial(_act, explore=policy.explore))
 

@@ -16,7 +16,7 @@ from flax import struct
 
 from jaxrl.buffers import BufferState, buffer_sample
 from jaxrl.loops.config import TrainConfig
-from jaxrl.loops.device import NONFINITE, compile_cache, guarded_update, strongly_typed
+from jaxrl.loops.device import NONFINITE, compile_cache, guarded_updates, strongly_typed
 from jaxrl.loops.evaluation import evaluator
 from jaxrl.loops.harness import Harness
 from jaxrl.registry import AgentSpec
@@ -40,21 +40,17 @@ def _offline_chunk(
     *,
     num_updates: int,
     batch_size: int,
-    skip: bool = False,
+    on_nonfinite: str = "stop",
 ) -> tuple[OfflineState, dict[str, jax.Array]]:
     """``num_updates`` gradient steps on uniform minibatches of ``data`` under ``lax.scan``.
 
-    With ``skip``, updates that leave a NaN in the agent are discarded (``guarded_update``).
+    ``state.nonfinite`` gains the updates that left a NaN in the agent (``guarded_updates``).
     """
     rng, key = jax.random.split(state.rng)
-
-    def body(agent: Any, k: jax.Array) -> tuple[Any, tuple[dict[str, jax.Array], jax.Array]]:
-        agent, info, bad = guarded_update(agent, buffer_sample(data, k, batch_size), skip)
-        return agent, (info, bad)
-
-    agent, (infos, bad) = jax.lax.scan(body, state.agent, jax.random.split(key, num_updates))
-    count = state.nonfinite + jnp.sum(bad, dtype=jnp.int32)
-    return OfflineState(agent, rng, count), jax.tree.map(lambda x: x[-1], infos)
+    keys = jax.random.split(key, num_updates)
+    sample = partial(buffer_sample, data, batch_size=batch_size)
+    agent, info, bad = guarded_updates(state.agent, keys, on_nonfinite, batch=sample)
+    return OfflineState(agent, rng, state.nonfinite + bad), info
 
 
 def train_offline(
@@ -109,11 +105,11 @@ def train_offline(
     if (done := h.completed()) is not None:
         return done[0] if isinstance(out, str) else done
     batch_size = agents.config.batch_size  # static: the members share it
-    skip = cfg.on_nonfinite == "skip"
+    mode = cfg.on_nonfinite
     run_chunk = compile_cache(
         lambda n: jax.jit(
             jax.vmap(
-                partial(_offline_chunk, num_updates=n, batch_size=batch_size, skip=skip),
+                partial(_offline_chunk, num_updates=n, batch_size=batch_size, on_nonfinite=mode),
                 in_axes=(0, None),
             ),
             donate_argnums=0,
