@@ -26,6 +26,7 @@ How the families still to come fit:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -247,6 +248,14 @@ class Harness:
         if self.bar is not None:
             self.bar.update(steps)
         return self.cadence.at(prev, self.step)
+
+    def end_budget_here(self) -> None:
+        """Make the current step the end of the budget, so a run that finished early is complete.
+
+        The plan loop's budget is an upper bound (every episode at its time limit); episodes
+        that terminate sooner end the run sooner.
+        """
+        self.cadence = dataclasses.replace(self.cadence, total_steps=self.step)
 
     def rate(self) -> float:
         """Steps per second since the last log point."""

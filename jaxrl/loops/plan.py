@@ -249,7 +249,7 @@ def _plan_episodes(env: Any, run: PlanRunConfig, planner: PlannerConfig, out: st
     returns, lengths = list(meta.get("returns", [])), list(meta.get("lengths", []))
     latencies = list(meta.get("latency_s", []))
     if len(returns) >= run.episodes:
-        _all_done(h)
+        h.end_budget_here()
     if (done := h.completed()) is not None:
         return done[0]
 
@@ -285,7 +285,7 @@ def _plan_episodes(env: Any, run: PlanRunConfig, planner: PlannerConfig, out: st
                 row["time/env_steps_per_s"] = h.rate()
                 h.record_eval([returns[-1]], row)
                 if len(returns) >= run.episodes:
-                    _all_done(h)
+                    h.end_budget_here()
                 h.log(row)
                 h.save(state, record())
                 saved = h.step
@@ -308,15 +308,6 @@ def _plan_episodes(env: Any, run: PlanRunConfig, planner: PlannerConfig, out: st
         extra["final_eval_return_mean"] = float(np.mean(returns))
         extra["final_eval_return_std"] = float(np.std(returns))
     return h.finish(extra)[0]
-
-
-def _all_done(h: Harness) -> None:
-    """End the harness's budget at its current step: the last episode has ended.
-
-    The budget is an upper bound (every episode at the time limit); episodes that terminate
-    earlier end the run sooner, and the run is complete then.
-    """
-    h.cadence = dataclasses.replace(h.cadence, total_steps=h.step)
 
 
 __all__ = [
