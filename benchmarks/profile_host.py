@@ -6,15 +6,15 @@ difference per env step: compilation, warm-up and the first updates cancel, what
 steady state. The host loop's parts are the methods it calls once per step:
 
 - ``HostEnv.step``: the MuJoCo step through Gymnasium's vector env;
-- ``_Host.action``: the next action, i.e. waiting for the previous call's result (the device's
+- ``HostState.action``: the next action, i.e. waiting for the previous call's result (the device's
   update + act) and copying it to the host;
-- ``_Host.store``: writing the transition into the device buffer (a jitted ``buffer_add``);
-- ``_Host.end_step``, ``Harness.advance``: episode bookkeeping, counters, the progress bar;
+- ``HostState.store``: writing the transition into the device buffer (a jitted ``buffer_add``);
+- ``HostState.end_step``, ``Harness.advance``: episode bookkeeping, counters, the progress bar;
 - ``Harness.log``/``save``: log points (metrics fetch, evaluation) and checkpoints;
 - the rest of the loop body: the update call itself (argument flattening, dispatch).
 
 ``cProfile`` sees host time only; the device's work shows where the host waits for it
-(``_Host.action``). Its per-call overhead inflates the many small Python calls a little, so
+(``HostState.action``). Its per-call overhead inflates the many small Python calls a little, so
 read the split, not the absolute rate (``benchmarks/throughput.py`` measures that).
 
 Run it on two checkouts for a before/after table: the columns of ``--compare FILE`` (an

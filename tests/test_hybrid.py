@@ -19,7 +19,8 @@ from jaxrl.data.dataset import Dataset
 from jaxrl.data.episodes import EpisodeTracker, monte_carlo_returns
 from jaxrl.loops import TrainConfig
 from jaxrl.loops.device import update_step
-from jaxrl.loops.host import _learn, _Rows, _Sampler
+from jaxrl.loops.host import _learn
+from jaxrl.loops.host_state import BufferRows, MinibatchSampler
 from jaxrl.offline.cql import CQL, CalQLConfig, calibrate
 from jaxrl.types import Transition
 
@@ -106,8 +107,8 @@ def test_offline_ratio_of_every_sampled_batch_matches_the_config(ratio):
     shares = np.asarray(batches.reward.mean(axis=(1, 2)))
     np.testing.assert_allclose(shares, round(ratio * batch_size) / batch_size)
     # The host loop draws its rows on the host and mixes them the same way (per gradient step).
-    sampler = _Sampler(0, 4, batch_size, prior, ratio)
-    rows = sampler.draw(_Rows(pos=n_online, size=n_online, capacity=100))
+    sampler = MinibatchSampler(0, 4, batch_size, prior, ratio)
+    rows = sampler.draw(BufferRows(pos=n_online, size=n_online, capacity=100))
     assert (rows[0] < n_online).all() and (rows[1] is None or (rows[1] < n_prior).all())
     agent, bad, info = jax.jit(_learn)(_Probe(jnp.int32(0)), jnp.int32(0), online, prior, *rows)
     assert int(agent.seen) == 4 and int(bad) == 0

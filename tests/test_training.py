@@ -201,18 +201,20 @@ def test_updates_dispatched_before_the_env_step_change_nothing(tmp_path, monkeyp
 
     kw = dict(learning_starts=100, batch_size=64, buffer_size=300, train={"log_every": 50})
     written, drawn = [], []
-    rows_written, draw = host_lib._Host.rows_written, host_lib._Sampler.draw
+    rows_written, draw = host_lib.HostState.rows_written, host_lib.MinibatchSampler.draw
     record = lambda self: written.append(rows_written(self)) or written[-1]  # noqa: E731
-    monkeypatch.setattr(host_lib._Host, "rows_written", record)
+    monkeypatch.setattr(host_lib.HostState, "rows_written", record)
     monkeypatch.setattr(
-        host_lib._Sampler, "draw", lambda self, *a: drawn.append(draw(self, *a)) or drawn[-1]
+        host_lib.MinibatchSampler,
+        "draw",
+        lambda self, *a: drawn.append(draw(self, *a)) or drawn[-1],
     )
     _run("sac", "InvertedPendulum-v5", tmp_path / "early", 700, **_copy(kw))
     # 600 learning steps; with a 300-row buffer a 64-row minibatch reads the row being written
     # on ~20% of them, so both paths run.
     touched = [np.isin(rows, w).any() for (rows, _), w in zip(drawn, written, strict=True)]
     assert len(touched) == 600 and 20 < sum(touched) < 300
-    monkeypatch.setattr(host_lib._Host, "rows_written", lambda self: None)
+    monkeypatch.setattr(host_lib.HostState, "rows_written", lambda self: None)
     _run("sac", "InvertedPendulum-v5", tmp_path / "late", 700, **_copy(kw))
     want = _metrics_without_timing(tmp_path / "late")
     assert len(want) == 14 and "critic/loss" in want[-1]

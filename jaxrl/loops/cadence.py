@@ -88,6 +88,11 @@ def on_eval(hook: Any) -> Any:
         _EVAL_HOOKS.remove(hook)
 
 
+def eval_hooks() -> tuple[Any, ...]:
+    """The hooks registered with ``on_eval`` now, in registration order."""
+    return tuple(_EVAL_HOOKS)
+
+
 class StopFlag:
     """Turns SIGINT/SIGTERM into a flag checked between steps, so state is saved consistently."""
 
@@ -113,4 +118,4 @@ class StopFlag:
             signal.signal(sig, handler)
 
 
-__all__ = ["Cadence", "Points", "StopFlag", "on_eval"]
+__all__ = ["Cadence", "Points", "StopFlag", "eval_hooks", "on_eval"]

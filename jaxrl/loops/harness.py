@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl.loops.cadence import _EVAL_HOOKS, Cadence, Points, StopFlag, on_eval
+from jaxrl.loops.cadence import Cadence, Points, StopFlag, eval_hooks, on_eval
 from jaxrl.loops.checkpoint import Checkpointer
 from jaxrl.loops.config import TrainConfig, commit_run_config
 from jaxrl.loops.device import NONFINITE, compile_cache, nonfinite, strongly_typed
@@ -232,7 +232,7 @@ class Harness:
         if self._pending_eval:
             self._pending_eval = False
             count = self.last_nonfinite
-            for hook in list(_EVAL_HOOKS):
+            for hook in eval_hooks():
                 for i, out in enumerate(self.outs):
                     step = self.step_offset + self.step
                     hook(out, step, float(self.last_eval[i, 0]), int(count[i]))

@@ -38,7 +38,7 @@ from jaxrl.loops.config import TrainConfig
 from jaxrl.loops.device import NONFINITE, guarded_updates
 from jaxrl.loops.evaluation import evaluator
 from jaxrl.loops.harness import Harness
-from jaxrl.loops.host_state import LoopState, _Host, _Rows, _Sampler  # noqa: F401  (_Rows: tests import it here)
+from jaxrl.loops.host_state import HostState, LoopState, MinibatchSampler
 from jaxrl.registry import AgentSpec
 from jaxrl.types import Transition
 
@@ -157,8 +157,8 @@ def train_host(
     num_updates = acfg.utd_ratio * n
     length = spec.sequence_length(acfg)
     sequence = None if length is None else (length, n)
-    sampler = _Sampler(cfg.seed, num_updates, acfg.batch_size, prior, prior_ratio, sequence)
-    host = _Host(spec, acfg, env, cfg.seed, state.buffer, sampler)
+    sampler = MinibatchSampler(cfg.seed, num_updates, acfg.batch_size, prior, prior_ratio, sequence)
+    host = HostState(spec, acfg, env, cfg.seed, state.buffer, sampler)
     if metas:
         host.load(metas[0])
     if (done := h.completed()) is not None:
@@ -219,7 +219,7 @@ def train_host(
 
 
 def _row(
-    h: Harness, host: _Host, info: dict, state: LoopState, evaluate_fn: Any, step_offset: int
+    h: Harness, host: HostState, info: dict, state: LoopState, evaluate_fn: Any, step_offset: int
 ) -> dict[str, float]:
     """The metrics row of a log point (and the evaluation, when ``evaluate_fn`` is given)."""
     rate = h.rate()  # over the last log interval, evaluation time excluded

@@ -1,8 +1,8 @@
 """What the host loop keeps on the host between env steps (``jaxrl.loops.host``).
 
-``_Sampler`` draws the minibatch rows on the host before the update needs them (so the loop
-knows whether the update reads a row the env step writes), ``_Rows`` says where a buffer's rows
-are, and ``_Host`` holds the observation, the warm-up RNG, episode statistics, the pending
+``MinibatchSampler`` draws the minibatch rows on the host before the update needs them (so the loop
+knows whether the update reads a row the env step writes), ``BufferRows`` says where a buffer's rows
+are, and ``HostState`` holds the observation, the warm-up RNG, episode statistics, the pending
 action and the buffer's write position, writes each transition into the device buffer, and
 saves all of it as a checkpoint's JSON metadata.
 """
@@ -29,7 +29,7 @@ class LoopState(struct.PyTreeNode):
 
     ``nonfinite`` counts the updates after which the agent held a NaN; ``plan`` is a planner's
     carry between env steps (an empty tuple for policies, see ``jaxrl.loops.acting``). The
-    minibatch RNG lives on the host (see ``_Sampler``).
+    minibatch RNG lives on the host (see ``MinibatchSampler``).
     """
 
     agent: Any
@@ -38,7 +38,7 @@ class LoopState(struct.PyTreeNode):
     plan: Any = ()
 
 
-class _Sampler:
+class MinibatchSampler:
     """Minibatch rows drawn on the host, uniformly with replacement, before they are needed.
 
     ``num_updates`` minibatches of ``batch_size`` rows each: ``round(prior_ratio * batch_size)``
@@ -81,7 +81,7 @@ class _Sampler:
         return rows, prior_rows
 
 
-class _Rows(NamedTuple):
+class BufferRows(NamedTuple):
     """Where a buffer's rows are: next row to write, valid rows, capacity."""
 
     pos: int
@@ -89,7 +89,7 @@ class _Rows(NamedTuple):
     capacity: int
 
 
-class _Host:
+class HostState:
     """What the loop keeps on the host between steps; checkpointed as JSON metadata.
 
     The observation, the warm-up RNG, the minibatch sampler, running episode statistics, the
@@ -99,7 +99,13 @@ class _Host:
     """
 
     def __init__(
-        self, spec: AgentSpec, acfg: Any, env: HostEnv, seed: int, buffer: Any, sampler: _Sampler
+        self,
+        spec: AgentSpec,
+        acfg: Any,
+        env: HostEnv,
+        seed: int,
+        buffer: Any,
+        sampler: MinibatchSampler,
     ):
         n = env.num_envs
         self.spec, self.env, self.capacity = spec, env, acfg.buffer_size
@@ -136,7 +142,7 @@ class _Host:
         """Where the buffer's rows will be once the next ``store`` wrote one row per env."""
         n = self.env.num_envs
         pos, size = (self.pos + n) % self.capacity, min(self.size + n, self.capacity)
-        return _Rows(pos, size, self.capacity)
+        return BufferRows(pos, size, self.capacity)
 
     def action(self, step: int) -> np.ndarray:
         """Uniform actions before ``learning_starts``, then the policy's (``pending``)."""
