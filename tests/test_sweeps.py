@@ -139,24 +139,27 @@ def test_classification_of_fields():
 @dataclasses.dataclass(frozen=True)
 class _ToyConfig:
     scale: float = 1.0
+    offset: float = 0.0
     batch_size: int = 4
 
 
 class _Toy(struct.PyTreeNode):
-    """An agent that keeps ``scale`` as a leaf; ``update`` reads it from the leaf or the config."""
+    """Keeps ``scale`` and ``offset`` as leaves; ``update`` reads scale from the leaf or config."""
 
     w: jax.Array
     scale: jax.Array
+    offset: jax.Array
     from_config: bool = struct.field(pytree_node=False)
     config: _ToyConfig = struct.field(pytree_node=False)
 
     @classmethod
     def create(cls, config, obs, act, seed, from_config=False):
-        return cls(jnp.zeros(()), jnp.float32(config.scale), from_config, config)
+        leaves = jnp.float32(config.scale), jnp.float32(config.offset)
+        return cls(jnp.zeros(()), *leaves, from_config, config)
 
     def update(self, batch):
         scale = self.config.scale if self.from_config else self.scale
-        return self.replace(w=self.w + scale * batch.reward.mean()), {}
+        return self.replace(w=self.w + scale * batch.reward.mean() + self.offset), {}
 
 
 class _ToyReadsConfig(_Toy):
@@ -172,6 +175,9 @@ def test_a_field_the_update_reads_from_the_config_is_static(agent, kind):
     spec = registry.AgentSpec("toy", agent, _ToyConfig, "off-policy")
     obs, act = np.zeros(3, np.float32), np.zeros(1, np.float32)
     assert classify(spec, _ToyConfig(), {"scale": (1.0, 2.0)}, obs, act) == {"scale": kind}
+    # Several fields are checked together first, then one by one when the joint check differs.
+    grid = {"scale": (1.0, 2.0), "offset": (0.0, 0.5)}
+    assert classify(spec, _ToyConfig(), grid, obs, act) == {"scale": kind, "offset": "leaf"}
 
 
 def test_bad_grids_get_clear_errors(tmp_path):

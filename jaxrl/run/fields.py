@@ -8,6 +8,7 @@ The classification is made by creating agents, so it holds for any registered ag
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -89,10 +90,10 @@ def classify(
     the static config would otherwise see the program's shared value.
     """
     reference = spec.agent.create(base, obs, act, 0)
-    kinds = {}
+    kinds, candidates = {}, {}
     for name, values in grid.items():
         kind = "static" if name in loop_fields(spec) else None
-        changed = False
+        changed = None  # the first config whose agent's leaves differ from the reference
         for value in values if kind is None else ():
             try:
                 config = dataclasses.replace(base, **{name: value})
@@ -102,12 +103,33 @@ def classify(
             if not layout_matches(agent, reference):
                 kind = "static"
                 break
-            changed = changed or _leaves_differ(agent, reference)
-            if kind is None and changed and _update_reads_static(spec, base, config, obs, act):
-                kind = "static"  # the update code reads it from the config: not a leaf
-                break
-        kinds[name] = kind or ("leaf" if changed else "static")
+            if changed is None and _leaves_differ(agent, reference):
+                changed = config
+        if kind is None and changed is not None:
+            candidates[name] = changed
+        kinds[name] = kind or ("leaf" if changed is not None else "static")
+    for name in _read_from_static(spec, base, candidates, obs, act):
+        kinds[name] = "static"  # the update code reads it from the config: not a leaf
     return kinds
+
+
+def _read_from_static(
+    spec: AgentSpec, base: Any, candidates: dict[str, Any], obs: Any, act: Any
+) -> list[str]:
+    """The leaf candidates (``{field: config with a changed value}``) that ``update`` reads.
+
+    Checks all fields at once first (one compile) and one by one only when that differs.
+    """
+    if not candidates:
+        return []
+    if len(candidates) > 1:
+        try:
+            joint = dataclasses.replace(base, **{n: getattr(c, n) for n, c in candidates.items()})
+        except (TypeError, ValueError):
+            joint = None  # the values do not combine into one valid config
+        if joint is not None and not _update_reads_static(spec, base, joint, obs, act):
+            return []
+    return [n for n, c in candidates.items() if _update_reads_static(spec, base, c, obs, act)]
 
 
 def _example_batch(spec: AgentSpec, agent: Any, obs: Any, act: Any, key: jax.Array) -> Any:
@@ -136,6 +158,12 @@ def _example_batch(spec: AgentSpec, agent: Any, obs: Any, act: Any, key: jax.Arr
     return Transition(o, a, reward, jax.random.normal(k_next, o.shape), jnp.zeros(size), **extra)
 
 
+@functools.cache
+def _jitted_update(agent_cls: type) -> Any:
+    """One jitted ``update`` per agent class, so the base config's program compiles once."""
+    return jax.jit(agent_cls.update)
+
+
 def _update_reads_static(spec: AgentSpec, base: Any, config: Any, obs: Any, act: Any) -> bool:
     """True when ``update`` reads a field of ``config`` from the static config, not the leaves.
 
@@ -145,8 +173,9 @@ def _update_reads_static(spec: AgentSpec, base: Any, config: Any, obs: Any, act:
     """
     own = spec.agent.create(config, obs, act, 0)
     batch = _example_batch(spec, own, obs, act, jax.random.key(1))
-    mine, _ = jax.jit(type(own).update)(own, batch)
-    grafted, _ = jax.jit(type(own).update)(graft(own, base), batch)
+    update = _jitted_update(type(own))
+    mine, _ = update(own, batch)
+    grafted, _ = update(graft(own, base), batch)
     return _leaves_differ(mine, grafted)
 
 
