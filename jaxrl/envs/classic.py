@@ -18,6 +18,8 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from jaxrl.errors import EnvError
+
 StepOut = tuple[jax.Array, jax.Array, jax.Array, jax.Array]
 
 
@@ -37,10 +39,10 @@ def _validate(env: Any) -> None:
     for field in dataclasses.fields(env):
         value = getattr(env, field.name)
         if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-            raise ValueError(f"{cls}.{field.name} must be a number >= 0, got {value!r}.")
+            raise EnvError(f"{cls}.{field.name} must be a number >= 0, got {value!r}.")
     substeps = getattr(env, "substeps", 1)
     if env.dt <= 0 or not isinstance(substeps, int) or substeps < 1:
-        raise ValueError(f"{cls} needs dt > 0 and an integer substeps >= 1; got {env}.")
+        raise EnvError(f"{cls} needs dt > 0 and an integer substeps >= 1; got {env}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,17 +234,17 @@ def make_classic(name: str, **kwargs: float) -> Pendulum | CartPoleSwingUp | Poi
         The environment core.
 
     Raises:
-        ValueError: on an unknown name or parameter.
+        EnvError: on an unknown name or parameter (a ``ValueError``).
     """
     if name not in CLASSIC_ENVS:
-        raise ValueError(
+        raise EnvError(
             f"Unknown classic environment {name!r}; known: {', '.join(sorted(CLASSIC_ENVS))}."
         )
     cls = CLASSIC_ENVS[name]
     fields = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(kwargs) - set(fields))
     if unknown:
-        raise ValueError(
+        raise EnvError(
             f"Environment {name!r} has no parameter(s) {unknown}; its parameters are {fields}."
         )
     return cls(**kwargs)

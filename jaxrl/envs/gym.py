@@ -4,7 +4,7 @@ Agents act in ``[-1, 1]``; ``HostEnv`` rescales to the env's bounds, returns the
 observation of finished episodes (for bootstrapping) and can save/restore MuJoCo physics, RNG,
 time-limit and sim-to-real wrapper state so that a resumed run continues exactly where it stopped.
 An id may name sim-to-real wrappers as options, ``HalfCheetah-v5?obs_noise=0.05&action_delay=1:3``
-(``split_env_id``; the wrappers are in ``jaxrl.envs.gym_sim2real``).
+(``jaxrl.envs.ids.split_env_id``; the wrappers are in ``jaxrl.envs.gym_sim2real``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from jaxrl.envs.ids import is_jax_env, split_env_id
 from jaxrl.errors import EnvError
 
 EnvFactory = Callable[[], gym.Env]
@@ -34,33 +35,8 @@ def _quiet_mujoco_warnings() -> None:
     mujoco.set_mju_user_warning(lambda msg: warnings.warn(f"MuJoCo: {msg}", stacklevel=2))
 
 
-def split_env_id(env_id: str) -> tuple[str, dict[str, Any]]:
-    """Split a host id ``'HalfCheetah-v5?obs_noise=0.05&action_delay=1:3'`` into (id, options).
-
-    The id is the part before ``?`` (what ``gym.make`` receives); the options are parsed as
-    for JAX env ids (``jaxrl.envs.jax_envs.parse_env_id``) and checked against
-    ``jaxrl.envs.gym_sim2real.HOST_OPTIONS``.
-
-    Raises:
-        EnvError: an option is malformed, unknown, Brax-only or has an unusable value.
-    """
-    if "?" not in env_id:
-        return env_id, {}
-    from jaxrl.envs.gym_sim2real import check_options
-    from jaxrl.envs.jax_envs import parse_env_id
-
-    # parse_env_id splits a 'kind:' prefix first; give it one so that ':' in a Gymnasium id
-    # ('module:Env-v0') or in a value ('action_delay=1:3') stays where it is.
-    try:
-        _, base, options = parse_env_id(f"gym:{env_id}")
-    except EnvError as err:
-        raise EnvError(str(err).replace(repr(f"gym:{env_id}"), repr(env_id))) from None
-    check_options(options, env_id)
-    return base, options
-
-
 def _resolve_factory(env_id: str) -> EnvFactory:
-    if ":" in env_id and env_id.split(":", 1)[0] in ("jax", "brax"):
+    if is_jax_env(env_id):
         raise EnvError(
             f"Environment {env_id!r} is a JAX env: build it with jaxrl.envs.make_jax_env (the "
             "fused loop; `jaxrl train` does this), not make_env, which is for Gymnasium ids."
@@ -89,7 +65,7 @@ def episode_length(env_id: str) -> int:
     episode length (e.g. TD-MPC2's discount) need no knowledge of the env's kind. With
     ``decimation=k`` it counts agent steps, ``ceil(time limit / k)``, as for JAX envs.
     """
-    if ":" in env_id and env_id.split(":", 1)[0] in ("jax", "brax"):
+    if is_jax_env(env_id):
         from jaxrl.envs.jax_envs import make_jax_env
 
         return int(make_jax_env(env_id, 1).episode_length)

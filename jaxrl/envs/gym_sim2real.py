@@ -12,17 +12,15 @@ values, so ``HostEnv`` saves them with the MuJoCo physics and a resumed run is b
 
 from __future__ import annotations
 
-import difflib
 from collections import deque
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from jaxrl.envs.sim2real import OPTIONS, _steps_option, push_schedule, steps_range
-
-HOST_OPTIONS = tuple(name for name in OPTIONS if name != "privileged")
-"""Env-id options of host envs: every sim-to-real option but ``privileged`` (JAX envs only)."""
+from jaxrl.envs.ids import HOST_OPTIONS, add_option_wrapper, steps_range
+from jaxrl.envs.ids import check_host_options as check_options
+from jaxrl.envs.pushes import push_schedule
 
 
 def _encode(array: np.ndarray) -> dict[str, Any]:
@@ -304,70 +302,15 @@ STATEFUL = (ActionDelay, ObservationDelay, ActionFilter, ObservationHistory, Pus
 """Wrappers with per-episode state (``get_state`` / ``set_state``); ``HostEnv`` saves them."""
 
 
-def _count(value: Any, name: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise ValueError(f"option {name}={value!r}: use a whole number of steps, e.g. {name}=2.")
-
-
-def _number(value: Any, name: str) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    raise ValueError(f"option {name}={value!r}: use a number, e.g. {name}=0.5.")
-
-
-def _speeds(value: Any, name: str) -> tuple[float, float]:
-    text = str(value)
-    low, _, high = text.rpartition(":") if ":" in text else ("0", "", text)
-    try:
-        return float(low), float(high)
-    except ValueError:
-        raise ValueError(
-            f"option {name}={value!r}: use LOW:HIGH in m/s, e.g. {name}=0.1:1."
-        ) from None
-
-
 _WRAPPERS = (  # innermost first, the order of sim2real.wrap_actuation then wrap_agent_side
-    ("push_speed", Pushes, _speeds),
-    ("decimation", ControlDecimation, _count),
-    ("action_filter", ActionFilter, _number),
-    ("action_delay", ActionDelay, _steps_option),
-    ("obs_delay", ObservationDelay, _steps_option),
-    ("obs_noise", ObservationNoise, _number),
-    ("obs_history", ObservationHistory, _count),
+    ("push_speed", Pushes),
+    ("decimation", ControlDecimation),
+    ("action_filter", ActionFilter),
+    ("action_delay", ActionDelay),
+    ("obs_delay", ObservationDelay),
+    ("obs_noise", ObservationNoise),
+    ("obs_history", ObservationHistory),
 )
-
-
-def check_options(options: dict[str, Any], env_id: str) -> None:
-    """Raise ``EnvError`` unless ``options`` are host env-id options with usable values.
-
-    Args:
-        options: the options of ``env_id`` (``jaxrl.envs.jax_envs.parse_env_id``'s values).
-        env_id: the full id, for the message.
-    """
-    from jaxrl.envs.gym import EnvError
-
-    if "privileged" in options:
-        raise EnvError(
-            f"Environment {env_id!r}: privileged=true (critic-only observations) exists for JAX "
-            "envs (e.g. 'brax:ant?privileged=true'), which the fused loop trains; drop it from "
-            "this Gymnasium id."
-        )
-    unknown = sorted(set(options) - set(HOST_OPTIONS))
-    if unknown:
-        close = [c for u in unknown for c in difflib.get_close_matches(u, HOST_OPTIONS, n=1)]
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise EnvError(
-            f"Environment {env_id!r}: unknown option(s) {', '.join(unknown)}.{hint} Gymnasium "
-            f"env ids take {', '.join(HOST_OPTIONS)}, e.g. "
-            "'HalfCheetah-v5?obs_noise=0.05&action_delay=1:3'."
-        )
-    for name, _, convert in _WRAPPERS:
-        if name in options:
-            try:
-                convert(options[name], name)
-            except ValueError as err:
-                raise EnvError(f"Environment {env_id!r}: {err}") from None
 
 
 def wrap(env: gym.Env, options: dict[str, Any], env_id: str = "") -> gym.Env:
@@ -379,7 +322,8 @@ def wrap(env: gym.Env, options: dict[str, Any], env_id: str = "") -> gym.Env:
 
     Args:
         env: one unvectorized env (``gym.make(id)``).
-        options: host env-id options (``HOST_OPTIONS``), e.g. ``{"action_delay": "1:3"}``.
+        options: host env-id options (``HOST_OPTIONS``), e.g. ``{"action_delay": "1:3"}``;
+            checked with ``check_options`` (``jaxrl.envs.ids.check_host_options``).
         env_id: the full id, for error messages.
 
     Returns:
@@ -388,15 +332,10 @@ def wrap(env: gym.Env, options: dict[str, Any], env_id: str = "") -> gym.Env:
     Raises:
         EnvError: an option is unknown, Brax-only, or has an unusable value.
     """
-    from jaxrl.envs.gym import EnvError
-
     check_options(options, env_id)
-    for name, wrapper, convert in _WRAPPERS:
+    for name, wrapper in _WRAPPERS:
         if name in options:
-            try:
-                env = wrapper(env, convert(options[name], name))
-            except ValueError as err:
-                raise EnvError(f"Environment {env_id!r}: option {name}: {err}") from None
+            env = add_option_wrapper(env, wrapper, name, options[name], env_id)
     return env
 
 

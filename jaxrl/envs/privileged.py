@@ -24,17 +24,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxrl.envs.brax_core import BraxCore
+from jaxrl.envs.randomization import summary
 from jaxrl.envs.state import EnvState
 from jaxrl.envs.wrappers import Wrapper
 
 
 def _physics(core: Any, sim: Any) -> jax.Array:
     """``[num_envs, p]`` drawn physics of the episodes in ``sim`` (``p = 0`` without any)."""
-    from jaxrl.envs.jax_envs import BraxCore
-
     if isinstance(core, BraxCore) and core.ranges is not None:
-        from jaxrl.envs.randomization import summary
-
         values = summary(sim[0])
         return jnp.stack([values[k] for k in sorted(values)], axis=-1).astype(jnp.float32)
     return jnp.zeros((jax.tree.leaves(sim)[0].shape[0], 0), jnp.float32)
@@ -127,8 +125,6 @@ class RecordPhysics(Wrapper):
         self.core = core
 
     def _values(self, sim: Any, ended: jax.Array) -> dict[str, jax.Array]:
-        from jaxrl.envs.randomization import summary
-
         return {f"physics/{k}": v * ended for k, v in summary(sim[0]).items()}
 
     def reset(self, key: jax.Array) -> EnvState:
@@ -147,8 +143,6 @@ class RecordPhysics(Wrapper):
 
 def record_physics(env: Any, core: Any) -> Any:
     """``RecordPhysics(env, core)`` when ``core`` draws its physics per episode, else ``env``."""
-    from jaxrl.envs.jax_envs import BraxCore
-
     if isinstance(core, BraxCore) and core.ranges is not None:
         return RecordPhysics(env, core)
     return env

@@ -2,6 +2,8 @@
 
 Kept apart from ``jaxrl.envs.sim2real`` because it reaches into the simulator state through
 the core's ``kick`` (``BraxCore``), where the other wrappers only see observations and actions.
+``push_schedule`` validates the pushes of both this wrapper and the Gymnasium one
+(``jaxrl.envs.gym_sim2real.Pushes``).
 """
 
 from __future__ import annotations
@@ -11,9 +13,26 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxrl.envs.sim2real import _ended, _where, push_schedule
-from jaxrl.envs.state import EnvState
+from jaxrl.envs.ids import steps_range
+from jaxrl.envs.state import EnvState, episode_ended, where_per_env
 from jaxrl.envs.wrappers import Wrapper
+
+
+def push_schedule(
+    speed: tuple[float, float], interval: tuple[int, int], duration: int
+) -> tuple[tuple[float, float], tuple[int, int], int]:
+    """Validated ``(speed, interval, duration)`` of random pushes (Brax and Gymnasium ``Pushes``).
+
+    Raises:
+        ValueError: an interval below 1 step, a duration below 1, or a bad speed range.
+    """
+    steps = steps_range(tuple(interval), "Pushes interval")
+    if steps[0] < 1 or duration < 1 or not 0 <= speed[0] <= speed[1]:
+        raise ValueError(
+            f"Pushes: need interval >= 1 step, duration >= 1 and 0 <= speed low <= high; "
+            f"got interval={interval}, duration={duration}, speed={speed}."
+        )
+    return (float(speed[0]), float(speed[1])), steps, int(duration)
 
 
 class Pushes(Wrapper):
@@ -66,14 +85,14 @@ class Pushes(Wrapper):
         speed = jax.random.uniform(k_speed, (self.num_envs,), minval=self.speed[0],
                                    maxval=self.speed[1])  # fmt: skip
         new_dv = speed[:, None] * jnp.stack([jnp.cos(angle), jnp.sin(angle)], 1)
-        dv = _where(due, new_dv, p["dv"])
+        dv = where_per_env(due, new_dv, p["dv"])
         remaining = jnp.where(due, self.duration, p["remaining"])
         countdown = jnp.where(due, self._countdown(k_count), p["countdown"])
         active = remaining > 0
         per_step = jnp.where(active[:, None], dv / self.duration, 0.0)
         sim = jax.vmap(self.core.kick)(state.sim, per_step)
         state = self.env.step(state.replace(sim=sim), action)
-        ended = _ended(state)
+        ended = episode_ended(state)
         push = {
             "countdown": jnp.where(ended, self._countdown(k_count), countdown - 1),
             "remaining": jnp.where(ended, 0, remaining - active),
@@ -83,4 +102,4 @@ class Pushes(Wrapper):
         return state.replace(extras={**state.extras, "push": push})
 
 
-__all__ = ["Pushes"]
+__all__ = ["Pushes", "push_schedule"]

@@ -47,6 +47,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxrl.errors import EnvError
+
 Range = tuple[float, float] | None
 
 
@@ -111,8 +113,6 @@ def field_names() -> tuple[str, ...]:
 
 def _parse_range(name: str, value: Any, env_id: str) -> Range:
     """An env-id option value (``LOW:HIGH``, ``K`` or ``none``) as a range."""
-    from jaxrl.envs.gym import EnvError
-
     if isinstance(value, str) and value.strip().lower() == "none":
         return None
     try:
@@ -153,8 +153,6 @@ def ranges_from_options(options: dict[str, Any], env_id: str = "") -> Ranges | N
         EnvError: ``randomize`` is not true/false, a range is malformed or invalid (low > high,
             a negative factor), or ``randomize=false`` is combined with stated ranges.
     """
-    from jaxrl.envs.gym import EnvError
-
     switch = options.pop("randomize", None)
     if switch is not None and not isinstance(switch, bool):
         raise EnvError(

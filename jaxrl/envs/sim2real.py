@@ -21,48 +21,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl.envs.state import EnvState
+from jaxrl.envs.ids import OPTIONS, add_option_wrapper, option_value, steps_range
+from jaxrl.envs.pushes import Pushes, push_schedule
+from jaxrl.envs.state import EnvState, episode_ended, where_per_env
 from jaxrl.envs.wrappers import Wrapper
 
 _PER_ENV = ("sim", "obs", "terminated", "truncation", "time", "key", "info")
 """``EnvState`` fields whose every leaf has a leading env axis."""
-
-
-def _ended(state: EnvState) -> jax.Array:
-    """``[num_envs]`` bool: the episode ended on the last step (the env auto-reset)."""
-    return (state.terminated + state.truncation) > 0
-
-
-def _where(mask: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
-    """Per-env ``where`` for arrays with a leading env axis."""
-    return jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b)
-
-
-def steps_range(steps: int | tuple[int, int], name: str) -> tuple[int, int]:
-    """``k`` or ``(low, high)`` (inclusive) as a validated range of step counts."""
-    low, high = (steps, steps) if isinstance(steps, int | np.integer) else tuple(steps)
-    if not (0 <= low <= high):
-        raise ValueError(
-            f"{name}: steps must be k >= 0 or (low, high) with 0 <= low <= high, got {steps!r}."
-        )
-    return int(low), int(high)
-
-
-def push_schedule(
-    speed: tuple[float, float], interval: tuple[int, int], duration: int
-) -> tuple[tuple[float, float], tuple[int, int], int]:
-    """Validated ``(speed, interval, duration)`` of random pushes (Brax and Gymnasium ``Pushes``).
-
-    Raises:
-        ValueError: an interval below 1 step, a duration below 1, or a bad speed range.
-    """
-    steps = steps_range(tuple(interval), "Pushes interval")
-    if steps[0] < 1 or duration < 1 or not 0 <= speed[0] <= speed[1]:
-        raise ValueError(
-            f"Pushes: need interval >= 1 step, duration >= 1 and 0 <= speed low <= high; "
-            f"got interval={interval}, duration={duration}, speed={speed}."
-        )
-    return (float(speed[0]), float(speed[1])), steps, int(duration)
 
 
 class ObservationNoise(Wrapper):
@@ -138,9 +103,9 @@ class ActionDelay(Wrapper):
         applied = queue[jnp.arange(self.num_envs), d["steps"]]
         state = self.env.step(state, applied)
         key, k_new = jax.random.split(d["key"])
-        fresh, ended = self._fresh(k_new), _ended(state)
+        fresh, ended = self._fresh(k_new), episode_ended(state)
         delay = {
-            "queue": _where(ended, fresh["queue"], queue),
+            "queue": where_per_env(ended, fresh["queue"], queue),
             "steps": jnp.where(ended, fresh["steps"], d["steps"]),
             "key": key,
         }
@@ -185,9 +150,9 @@ class ObservationDelay(Wrapper):
         state = self.env.step(state, action)
         key, k_new = jax.random.split(d["key"])
         queue = jnp.concatenate([state.obs[:, None], d["queue"][:, :-1]], 1)
-        fresh, ended = self._fill(state.obs, k_new), _ended(state)
+        fresh, ended = self._fill(state.obs, k_new), episode_ended(state)
         d = {
-            "queue": _where(ended, fresh["queue"], queue),
+            "queue": where_per_env(ended, fresh["queue"], queue),
             "steps": jnp.where(ended, fresh["steps"], d["steps"]),
             "key": key,
         }
@@ -220,7 +185,7 @@ class ActionFilter(Wrapper):
         """Filter, step, and restart the filter where the episode ended."""
         u = self.alpha * action + (1.0 - self.alpha) * state.extras["action_filter"]
         state = self.env.step(state, u)
-        u = _where(_ended(state), jnp.zeros_like(u), u)
+        u = where_per_env(episode_ended(state), jnp.zeros_like(u), u)
         return state.replace(extras={**state.extras, "action_filter": u})
 
 
@@ -261,7 +226,7 @@ class ObservationHistory(Wrapper):
         state = self.env.step(state, action)
         final = jnp.concatenate([history[:, 1:], state.info["final_obs"][:, None]], 1)
         fresh = jnp.repeat(state.obs[:, None], self.k, axis=1)
-        history = _where(_ended(state), fresh, final)
+        history = where_per_env(episode_ended(state), fresh, final)
         return state.replace(
             obs=self._flat(history),
             info={**state.info, "final_obs": self._flat(final)},
@@ -300,46 +265,21 @@ class ControlDecimation(Wrapper):
             new = self.env.step(state, action)
             kept = new.replace(
                 **{
-                    f: jax.tree.map(lambda a, b: _where(done, a, b), getattr(state, f),
+                    f: jax.tree.map(lambda a, b: where_per_env(done, a, b), getattr(state, f),
                                     getattr(new, f))
                     for f in _PER_ENV
                 }
             )  # fmt: skip
             total = total + jnp.where(done, 0.0, new.reward)
-            return (kept, total, done | _ended(new)), None
+            return (kept, total, done | episode_ended(new)), None
 
         # The first sub-step runs outside the scan: the incoming state may carry the outer
         # wrappers' observations (e.g. a history, wider than the simulator's), and the scan's
         # carry must keep one shape.
         first = self.env.step(state, action)
-        init = (first, first.reward, _ended(first))
+        init = (first, first.reward, episode_ended(first))
         (state, total, _), _ = jax.lax.scan(sub, init, None, length=self.k - 1)
         return state.replace(reward=total)
-
-
-OPTIONS = (
-    "decimation",
-    "push_speed",
-    "action_filter",
-    "action_delay",
-    "obs_delay",
-    "obs_noise",
-    "obs_history",
-    "privileged",
-)
-"""Env-id options that add these wrappers: ``jax:pendulum?obs_noise=0.05&action_delay=1:3``."""
-
-
-def _steps_option(value: Any, name: str) -> int | tuple[int, int]:
-    if isinstance(value, str) and ":" in value:
-        low, _, high = value.partition(":")
-        try:
-            return int(low), int(high)
-        except ValueError:
-            pass
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise ValueError(f"Env option {name}={value!r}: use a step count k or a range LOW:HIGH.")
 
 
 def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -348,25 +288,32 @@ def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
     return ours, {k: v for k, v in options.items() if k not in OPTIONS}
 
 
-def wrap_actuation(env: Any, options: dict[str, Any]) -> Any:
+def wrap_actuation(env: Any, options: dict[str, Any], env_id: str = "") -> Any:
     """The wrappers on the simulator side of the action path (innermost, on ``VecEnv``).
 
     ``push_speed=LOW:HIGH`` (``Pushes``, Brax envs) and ``decimation=k``
     (``ControlDecimation``): they must see the bare env.
-    """
-    if "push_speed" in options:  # LOW:HIGH m/s, a push every 100-200 steps
-        text = str(options["push_speed"])
-        low, _, high = text.rpartition(":") if ":" in text else ("0", "", text)
-        low, high = float(low), float(high)
-        from jaxrl.envs.pushes import Pushes
 
-        env = Pushes(env, speed=(low, high))
-    if "decimation" in options:
-        env = ControlDecimation(env, int(options["decimation"]))
+    Raises:
+        EnvError: an option's value is unusable (``jaxrl.envs.ids.add_option_wrapper``).
+    """
+    # push_speed=LOW:HIGH m/s: a push every 100-200 steps
+    for name, wrapper in (("push_speed", Pushes), ("decimation", ControlDecimation)):
+        if name in options:
+            env = add_option_wrapper(env, wrapper, name, options[name], env_id)
     return env
 
 
-def wrap_agent_side(env: Any, options: dict[str, Any], core: Any = None) -> Any:
+_AGENT_SIDE = (  # innermost first
+    ("action_filter", ActionFilter),
+    ("action_delay", ActionDelay),
+    ("obs_delay", ObservationDelay),
+    ("obs_noise", ObservationNoise),
+    ("obs_history", ObservationHistory),
+)
+
+
+def wrap_agent_side(env: Any, options: dict[str, Any], core: Any = None, env_id: str = "") -> Any:
     """The wrappers between the agent and the env, in the order a robot sees them.
 
     Actions: the agent's command is delayed (``action_delay``), then low-pass filtered
@@ -374,22 +321,18 @@ def wrap_agent_side(env: Any, options: dict[str, Any], core: Any = None) -> Any:
     (``obs_noise``, the standard deviation of every channel), then stacked (``obs_history``).
     With ``privileged=true`` the clean observation and ``core``'s drawn physics are appended
     for the critic (``jaxrl.envs.privileged``).
+
+    Raises:
+        EnvError: an option's value is unusable (``jaxrl.envs.ids.add_option_wrapper``).
     """
-    if options.get("privileged"):
+    if "privileged" in options and option_value("privileged", options["privileged"]):
         from jaxrl.envs.privileged import wrap_privileged
 
         rest = {k: v for k, v in options.items() if k != "privileged"}
-        return wrap_privileged(env, core, lambda e: wrap_agent_side(e, rest))
-    if "action_filter" in options:
-        env = ActionFilter(env, float(options["action_filter"]))
-    if "action_delay" in options:
-        env = ActionDelay(env, _steps_option(options["action_delay"], "action_delay"))
-    if "obs_delay" in options:
-        env = ObservationDelay(env, _steps_option(options["obs_delay"], "obs_delay"))
-    if "obs_noise" in options:
-        env = ObservationNoise(env, float(options["obs_noise"]))
-    if "obs_history" in options:
-        env = ObservationHistory(env, int(options["obs_history"]))
+        return wrap_privileged(env, core, lambda e: wrap_agent_side(e, rest, env_id=env_id))
+    for name, wrapper in _AGENT_SIDE:
+        if name in options:
+            env = add_option_wrapper(env, wrapper, name, options[name], env_id)
     return env
 
 

@@ -1,7 +1,8 @@
 """The state of a batch of JAX envs: what ``VecEnv`` and every wrapper read and return.
 
 It lives apart from ``jax_envs`` (the envs) and ``wrappers`` so that both import it and neither
-imports the other's module for it.
+imports the other's module for it; so do two per-env helpers the wrappers share
+(``episode_ended``, ``where_per_env``).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from flax import struct
 
 
@@ -42,3 +44,13 @@ class EnvState(struct.PyTreeNode):
 
 
 __all__ = ["EnvState"]
+
+
+def episode_ended(state: EnvState) -> jax.Array:
+    """``[num_envs]`` bool: the episode ended on the last step (the env auto-reset)."""
+    return (state.terminated + state.truncation) > 0
+
+
+def where_per_env(mask: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
+    """Per-env ``where`` for arrays with a leading env axis."""
+    return jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b)
