@@ -18,7 +18,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from jaxrl.envs.ids import HOST_OPTIONS, add_option_wrapper, steps_range
+from jaxrl.envs.ids import HOST_OPTIONS, add_option_wrappers, steps_range
 from jaxrl.envs.ids import check_host_options as check_options
 from jaxrl.envs.pushes import push_schedule
 
@@ -333,10 +333,7 @@ def wrap(env: gym.Env, options: dict[str, Any], env_id: str = "") -> gym.Env:
         EnvError: an option is unknown, Brax-only, or has an unusable value.
     """
     check_options(options, env_id)
-    for name, wrapper in _WRAPPERS:
-        if name in options:
-            env = add_option_wrapper(env, wrapper, name, options[name], env_id)
-    return env
+    return add_option_wrappers(env, _WRAPPERS, options, env_id)
 
 
 __all__ = [

@@ -5,7 +5,7 @@ An env is named by a string: a Gymnasium id (``HalfCheetah-v5``) or a JAX env id
 module splits ids (``parse_env_id``, ``split_env_id``, ``is_jax_env``), lists the sim-to-real
 options and the values each takes (``OPTIONS``, ``HOST_OPTIONS``, ``option_value``) and checks
 an id's options with one kind of message, ``Environment '<id>': option <name>=<value>: <what
-to write>`` (``check_values``, ``check_host_options``, ``add_option_wrapper``).
+to write>`` (``check_values``, ``check_host_options``, ``add_option_wrappers``).
 
 It sits below the env modules (``gym``, ``gym_sim2real``, ``jax_envs``, ``sim2real``, ...): they
 import it, and it imports none of them, only ``jaxrl.errors``.
@@ -221,38 +221,40 @@ def check_host_options(options: dict[str, Any], env_id: str) -> None:
     check_values(options, env_id)
 
 
-def add_option_wrapper(
-    env: Any, wrapper: Callable[[Any, Any], Any], name: str, value: Any, env_id: str = ""
-) -> Any:
-    """``wrapper(env, option_value(name, value))``: the wrapper an id's option asks for.
+def add_option_wrappers(env: Any, wrappers: Any, options: dict[str, Any], env_id: str = "") -> Any:
+    """Wrap ``env`` in the wrappers an id's options ask for, in the order of ``wrappers``.
 
     Args:
         env: the env to wrap (a JAX env or a Gymnasium env).
-        wrapper: the wrapper class, called with the env and the converted value.
-        name: the option, e.g. ``"obs_delay"``.
-        value: its value as ``parse_env_id`` gives it.
+        wrappers: ``(option, wrapper class)`` pairs, innermost first; each present option wraps
+            the env as ``wrapper(env, option_value(option, value))``.
+        options: the id's options as ``parse_env_id`` gives them, e.g. ``{"obs_delay": "2"}``.
         env_id: the full id, for error messages.
 
     Raises:
-        EnvError: the value has the wrong type, or the wrapper refuses it (e.g. ``obs_delay=3:1``,
+        EnvError: a value has the wrong type, or the wrapper refuses it (e.g. ``obs_delay=3:1``,
             ``decimation=0``); the message names the id, the option and the problem.
     """
     where = f"Environment {env_id!r}: " if env_id else ""
-    try:
-        converted = option_value(name, value)
-    except EnvError as err:
-        raise EnvError(f"{where}{err}") from None
-    try:
-        return wrapper(env, converted)
-    except ValueError as err:
-        raise EnvError(f"{where}option {name}: {err}") from None
+    for name, wrapper in wrappers:
+        if name not in options:
+            continue
+        try:
+            converted = option_value(name, options[name])
+        except EnvError as err:
+            raise EnvError(f"{where}{err}") from None
+        try:
+            env = wrapper(env, converted)
+        except ValueError as err:
+            raise EnvError(f"{where}option {name}: {err}") from None
+    return env
 
 
 __all__ = [
     "HOST_OPTIONS",
     "OPTIONS",
     "VALUES",
-    "add_option_wrapper",
+    "add_option_wrappers",
     "check_host_options",
     "check_values",
     "is_jax_env",

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl.envs.ids import OPTIONS, add_option_wrapper, option_value, steps_range
+from jaxrl.envs.ids import OPTIONS, add_option_wrappers, option_value, steps_range
 from jaxrl.envs.pushes import Pushes, push_schedule
 from jaxrl.envs.state import EnvState, episode_ended, where_per_env
 from jaxrl.envs.wrappers import Wrapper
@@ -68,12 +68,8 @@ class ObservationNoise(Wrapper):
         )
 
 
-class ActionDelay(Wrapper):
-    """Apply each action ``k`` steps after the agent chose it (actuation latency).
-
-    ``steps`` is a fixed ``k`` or a range ``(low, high)`` from which each env draws its delay at
-    every episode start (kept in ``extras["action_delay"]["steps"]``, so it can be logged). Until
-    ``k`` actions of the episode have been chosen, the env receives zeros.
+class Delay(Wrapper):
+    """Base of the delay wrappers: a delay of ``k`` steps, or one drawn per episode.
 
     Args:
         env: the env to wrap.
@@ -82,7 +78,18 @@ class ActionDelay(Wrapper):
 
     def __init__(self, env: Any, steps: int | tuple[int, int]):
         super().__init__(env)
-        self.low, self.high = steps_range(steps, "ActionDelay")
+        self.low, self.high = steps_range(steps, type(self).__name__)
+
+
+class ActionDelay(Delay):
+    """Apply each action ``k`` steps after the agent chose it (actuation latency).
+
+    ``steps`` is a fixed ``k`` or a range ``(low, high)`` from which each env draws its delay at
+    every episode start (kept in ``extras["action_delay"]["steps"]``, so it can be logged). Until
+    ``k`` actions of the episode have been chosen, the env receives zeros.
+
+    ``steps`` as in ``Delay``.
+    """
 
     def _fresh(self, key: jax.Array) -> dict[str, jax.Array]:
         n, a = self.num_envs, self.action_size
@@ -112,7 +119,7 @@ class ActionDelay(Wrapper):
         return state.replace(extras={**state.extras, "action_delay": delay})
 
 
-class ObservationDelay(Wrapper):
+class ObservationDelay(Delay):
     """Show the agent the observation of ``k`` steps ago (sensing latency).
 
     ``steps`` is a fixed ``k`` or a range ``(low, high)`` drawn per env at each episode start.
@@ -120,14 +127,8 @@ class ObservationDelay(Wrapper):
     until ``k`` steps have passed. ``final_obs`` stays the true last observation: it is what
     the critic bootstraps from, not what the policy acts on.
 
-    Args:
-        env: the env to wrap.
-        steps: ``k >= 0`` or ``(low, high)``, inclusive.
+    ``steps`` as in ``Delay``.
     """
-
-    def __init__(self, env: Any, steps: int | tuple[int, int]):
-        super().__init__(env)
-        self.low, self.high = steps_range(steps, "ObservationDelay")
 
     def _fill(self, obs: jax.Array, key: jax.Array) -> dict[str, jax.Array]:
         queue = jnp.repeat(obs[:, None], self.high + 1, axis=1)
@@ -295,13 +296,11 @@ def wrap_actuation(env: Any, options: dict[str, Any], env_id: str = "") -> Any:
     (``ControlDecimation``): they must see the bare env.
 
     Raises:
-        EnvError: an option's value is unusable (``jaxrl.envs.ids.add_option_wrapper``).
+        EnvError: an option's value is unusable (``jaxrl.envs.ids.add_option_wrappers``).
     """
     # push_speed=LOW:HIGH m/s: a push every 100-200 steps
-    for name, wrapper in (("push_speed", Pushes), ("decimation", ControlDecimation)):
-        if name in options:
-            env = add_option_wrapper(env, wrapper, name, options[name], env_id)
-    return env
+    actuation = (("push_speed", Pushes), ("decimation", ControlDecimation))
+    return add_option_wrappers(env, actuation, options, env_id)
 
 
 _AGENT_SIDE = (  # innermost first
@@ -323,21 +322,19 @@ def wrap_agent_side(env: Any, options: dict[str, Any], core: Any = None, env_id:
     for the critic (``jaxrl.envs.privileged``).
 
     Raises:
-        EnvError: an option's value is unusable (``jaxrl.envs.ids.add_option_wrapper``).
+        EnvError: an option's value is unusable (``jaxrl.envs.ids.add_option_wrappers``).
     """
     if "privileged" in options and option_value("privileged", options["privileged"]):
         from jaxrl.envs.privileged import wrap_privileged
 
         rest = {k: v for k, v in options.items() if k != "privileged"}
         return wrap_privileged(env, core, lambda e: wrap_agent_side(e, rest, env_id=env_id))
-    for name, wrapper in _AGENT_SIDE:
-        if name in options:
-            env = add_option_wrapper(env, wrapper, name, options[name], env_id)
-    return env
+    return add_option_wrappers(env, _AGENT_SIDE, options, env_id)
 
 
 __all__ = [
     "OPTIONS",
+    "Delay",
     "ActionDelay",
     "ActionFilter",
     "ControlDecimation",
