@@ -352,8 +352,7 @@ def train_fused(
                 h.log(*rows)
             if at.save:
                 h.save(states)
-        if h.stop.raised:
-            h.save(states)
+        h.save_if_stopped(states)
     return h.finish()
 
 

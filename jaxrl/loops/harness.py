@@ -6,22 +6,11 @@ A loop (``host``, ``fused``, ``offline``) builds its device state, then hands th
 phase, the metrics logger, the checkpointer, the progress bar, the SIGINT/SIGTERM stop flag,
 one ``Cadence`` that says when to log, evaluate and checkpoint, and ``summary.json``.
 
-How the families still to come fit:
-
-- **Members** (vmapped seeds, and sweeps of seeds x settings): a harness serves a list of run
-  directories, one per member, over a state with a leading member axis (``stacked=True``, the
-  fused loop today). Every member resumes, logs, evaluates and summarizes on its own. The
-  offline loop runs on the same harness, so a member axis there is a vmapped chunk plus
-  ``stacked=True``.
-- **Planners** carry their plan in the loop state next to the agent (checkpointed with it);
-  the loops act in one place each (``host._act``, ``fused._off_policy_iteration``), where the
-  first-step flag of each env (``done`` of the previous step) is at hand.
-- **Randomization** state lives in the JAX env state, which the fused loop carries and
-  checkpoints as a whole.
-- **Divergence**: every loop state carries ``nonfinite``, a device-side count of the updates
-  after which the agent held a NaN (``nonfinite``, checked inside the update call).
-  It costs no host work per step: it is read with the metrics at log points (column
-  ``train/nonfinite_updates``, and a warning naming the non-finite metrics the first time).
+Members (vmapped seeds, and sweeps of seeds x settings) share one harness: it serves a list
+of run directories over a state with a leading member axis (``stacked=True``), and every member
+resumes, logs, evaluates and summarizes on its own. Every loop state carries ``nonfinite``, a
+device-side count of the updates after which the agent held a NaN; it is read with the metrics
+at log points (column ``train/nonfinite_updates``), so divergence costs no host work per step.
 """
 
 from __future__ import annotations
@@ -342,6 +331,11 @@ class Harness:
             meta = {"step": self.step, "last_eval": self.last_eval[i].tolist(), "phase": self.phase}
             meta |= metas[i] if metas else {}
             ckpt.save(self.step_offset + self.step, member, meta)
+
+    def save_if_stopped(self, state: Any, *metas: dict[str, Any]) -> None:
+        """After the loop: checkpoint ``state`` when a stop signal ended it (resume from there)."""
+        if self.stop.raised:
+            self.save(state, *metas)
 
     # -- the end ------------------------------------------------------------------------------
 

@@ -210,8 +210,7 @@ def train_host(
                 h.log(_row(h, host, info, state, at.eval and evaluate_fn, step_offset))
             if at.save:
                 h.save(state, host.meta(step_offset))
-        if h.stop.raised:
-            h.save(state, host.meta(step_offset))
+        h.save_if_stopped(state, host.meta(step_offset))
     extra = None
     if prior is not None or step_offset:
         extra = {"dataset": cfg.dataset, "offline_steps": step_offset, "online_steps": h.step}

@@ -138,8 +138,7 @@ def train_offline(
                 h.log(*rows)
             if at.save:
                 h.save(state)
-        if h.stop.raised:
-            h.save(state)
+        h.save_if_stopped(state)
     summaries = h.finish({"env_steps_per_s": 0.0, "dataset": cfg.dataset})
     return summaries[0] if isinstance(out, str) else summaries
 
