@@ -37,6 +37,7 @@ from jaxrl.analysis.runs import (
     markdown_table,
 )
 from jaxrl.analysis.stats import bootstrap_ci, iqm
+from jaxrl.errors import ConfigError
 from jaxrl.loops.logging import write_json
 
 _FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
@@ -143,7 +144,7 @@ def plot_command(argv: Sequence[str]) -> dict[str, str]:
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
     a = p.parse_args(list(argv))
     if a.boot < 1:
-        raise ValueError(f"--boot must be at least 1, got {a.boot}.")
+        raise ConfigError(f"--boot must be at least 1, got {a.boot}.")
 
     runs, pending = [], []
     for path in find_runs(a.dirs):
@@ -153,7 +154,7 @@ def plot_command(argv: Sequence[str]) -> dict[str, str]:
         else:
             runs.append(run)
     if not runs:
-        raise ValueError(
+        raise ConfigError(
             f"None of the {len(pending)} runs found has an evaluation yet (no eval_return in "
             "metrics.csv); plot again after their first evaluation (--eval-every)."
         )

@@ -177,12 +177,16 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 
 def _guard(fn: Any) -> Any:
-    """Run ``fn``, turning the errors a user can cause into a one-line message and exit code 2."""
-    from jaxrl.loops.checkpoint import CheckpointError
+    """Run ``fn``, turning the errors a user can cause into a one-line message and exit code 2.
+
+    A user error is a ``jaxrl.errors.JaxrlError`` (a bad option, env, dataset or checkpoint, a
+    missing extra) or a full disk; anything else is a bug and propagates with its traceback.
+    """
+    from jaxrl.errors import JaxrlError
 
     try:
         return fn()
-    except (ValueError, CheckpointError) as err:
+    except JaxrlError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     except OSError as err:

@@ -6,6 +6,8 @@ import dataclasses
 import json
 from typing import Annotated, Any
 
+from jaxrl.errors import ConfigError
+
 
 def parse_train_args(agent_name: str, argv: list[str], defaults: Any = None) -> tuple[Any, Any]:
     """Parse ``jaxrl train AGENT`` options into ``(TrainConfig, agent config)`` with tyro.
@@ -72,14 +74,14 @@ def _config_file(spec: Any, argv: list[str]) -> tuple[list[str], Any]:
         with open(path) as f:
             data = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"--config {path}: cannot read it as JSON ({e}).") from None
+        raise ConfigError(f"--config {path}: cannot read it as JSON ({e}).") from None
     if not isinstance(data, dict) or not isinstance(data.get("agent_config", {}), dict):
-        raise ValueError(
+        raise ConfigError(
             f"--config {path} must hold a JSON object: a run's config.json, a sweep's "
             'best_config.json or {"field": value, ...}.'
         )
     if data.get("agent") not in (None, spec.name):
-        raise ValueError(
+        raise ConfigError(
             f"--config {path} holds settings of {data['agent']!r}, not {spec.name!r}; use "
             f"`jaxrl train {data['agent']} --config {path}`."
         )
@@ -87,7 +89,7 @@ def _config_file(spec: Any, argv: list[str]) -> tuple[list[str], Any]:
     known = {f.name for f in dataclasses.fields(spec.config)}
     unknown = sorted(set(fields) - known)
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"--config {path}: {spec.config.__name__} has no field(s) {', '.join(unknown)}."
         )
     return argv, spec.make_config(**fields)

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl.errors import ConfigError
 from jaxrl.export.contract import (
     CONTRACT_VERSION,
     FORMATS,
@@ -104,7 +105,7 @@ def trace_policy(src: PolicySource) -> Any:
         ValueError: the agent is a planner, or its evaluation policy draws random numbers.
     """
     if src.spec.kind == "planner":
-        raise ValueError(
+        raise ConfigError(
             f"Cannot export {src.spec.name}: it is a planner (it optimizes an action sequence "
             "with its learned model at every step and carries the plan across steps), not a "
             "fixed function of the observation. Run it with jaxrl (`jaxrl eval DIR`), or train "
@@ -114,7 +115,7 @@ def trace_policy(src: PolicySource) -> Any:
     closed = jax.make_jaxpr(policy_function(src))(x)
     rng = sorted({e.primitive.name for e in _walk(closed.jaxpr)} & RNG_PRIMITIVES)
     if rng:
-        raise ValueError(
+        raise ConfigError(
             f"Cannot export {src.spec.name}: its evaluation policy draws random numbers "
             f"({', '.join(rng)} in its graph; e.g. sampling candidate actions or noise), so it "
             "is not a fixed function of the observation. Use an agent whose evaluation policy "
@@ -142,7 +143,7 @@ def export_policy(src: PolicySource, fmt: str, out: str) -> str:
             reproduce the JAX policy.
     """
     if fmt not in FORMATS:
-        raise ValueError(f"Unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}.")
+        raise ConfigError(f"Unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}.")
     closed = trace_policy(src)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if fmt == "jax":
@@ -286,7 +287,7 @@ def export_run(run_dir: str, fmt: str, out: str | None = None, step: int | None 
         The artifact's path; its contract is at ``contract_path(path)``.
     """
     if fmt not in FORMATS:
-        raise ValueError(f"Unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}.")
+        raise ConfigError(f"Unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}.")
     out = out or os.path.join(run_dir, "export", "policy" + SUFFIX[fmt])
     return export_policy(source_from_run(run_dir, step), fmt, out)
 

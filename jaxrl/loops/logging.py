@@ -74,12 +74,9 @@ class RunLogger:
         self._tb = None
         self._wandb = None
         if wandb_project:
-            try:
-                import wandb
-            except ImportError as err:
-                raise ImportError(
-                    "wandb logging was requested: pip install 'jaxrl[wandb]'"
-                ) from err
+            from jaxrl.errors import require
+
+            wandb: Any = require("wandb", "wandb")
             self._wandb = wandb.init(
                 project=wandb_project,
                 name=run_name,

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from jaxrl.errors import ConfigError
+
 
 def evaluate_run(run_dir: str, episodes: int | None = None) -> dict[str, Any]:
     """Restore the newest checkpoint of ``run_dir`` and evaluate its deterministic policy."""
@@ -20,7 +22,7 @@ def evaluate_run(run_dir: str, episodes: int | None = None) -> dict[str, Any]:
     from jaxrl.run.runs import load_run, make_jax_envs
 
     if episodes is not None and episodes < 1:
-        raise ValueError(f"--episodes must be at least 1, got {episodes}.")
+        raise ConfigError(f"--episodes must be at least 1, got {episodes}.")
     run = load_run(run_dir)
     episodes = episodes or run.train_config.eval_episodes
     env_id = run.config["env"]

@@ -13,6 +13,7 @@ import tempfile
 import warnings
 from typing import Any
 
+from jaxrl.errors import ConfigError, require
 from jaxrl.tune.pbt import _pack_run, _restore_packed, check_pbt_search
 from jaxrl.tune.space import (
     Diverged,
@@ -22,7 +23,6 @@ from jaxrl.tune.space import (
     _budget,
     _check_sweep,
     _eval_failure,
-    _require,
     _write_best,
     apply_settings,
 )
@@ -132,13 +132,13 @@ def ray_sweep(
     import jaxrl
     from jaxrl import registry
 
-    _require("ray.tune")
+    require("ray.tune", "sweep")
     import ray
     from ray import tune
 
     _check_sweep(train_cfg, search, trials)
     if scheduler not in ("fifo", "asha", "pbt"):
-        raise ValueError(f"Unknown scheduler {scheduler!r}; use 'fifo', 'asha' or 'pbt'.")
+        raise ConfigError(f"Unknown scheduler {scheduler!r}; use 'fifo', 'asha' or 'pbt'.")
     spec = registry.get(agent_name)
     out_root = os.path.abspath(out_root)
     os.makedirs(out_root, exist_ok=True)
@@ -147,12 +147,12 @@ def ray_sweep(
     job = Sweep(agent_name, train_cfg, agent_cfg, search, trials, out_root, seed)
     if scheduler == "pbt":
         if train_cfg.dataset:
-            raise ValueError(
+            raise ConfigError(
                 "PBT restarts online runs only; with --dataset use --scheduler asha or fifo."
             )
         perturbation_interval = perturbation_interval or train_cfg.eval_every
         if perturbation_interval % train_cfg.eval_every:
-            raise ValueError(
+            raise ConfigError(
                 f"perturbation_interval ({perturbation_interval}) must be a multiple of "
                 f"--eval-every ({train_cfg.eval_every}): trials report at evaluations."
             )
