@@ -116,6 +116,13 @@ def test_help_imports_nothing_heavy():
     assert out.stdout.strip().splitlines()[-1] == "LOADED"
 
 
+def test_help_lists_every_registered_agent():
+    from jaxrl import registry
+    from jaxrl.cli.app import AGENTS
+
+    assert list(AGENTS) == registry.names()
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -292,33 +292,12 @@ def export_run(run_dir: str, fmt: str, out: str | None = None, step: int | None 
     return export_policy(source_from_run(run_dir, step), fmt, out)
 
 
-def export_command(argv: list[str]) -> dict[str, Any]:
-    """``jaxrl export DIR --format onnx|numpy|jax [--out FILE] [--step N]``; prints one line."""
-    import argparse
-
-    p = argparse.ArgumentParser(
-        prog="jaxrl export",
-        description="Export the deterministic evaluation policy of a run directory "
-        "(observation normalizer and action rescaling folded in) with a contract JSON.",
-    )
-    p.add_argument("run_dir")
-    p.add_argument("--format", choices=FORMATS, required=True)
-    p.add_argument("--out", default=None, help="artifact path (default DIR/export/policy.EXT)")
-    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest)")
-    a = p.parse_args(argv)
-    path = export_run(a.run_dir, a.format, a.out, a.step)
-    result = {"artifact": path, "contract": contract_path(path), "format": a.format}
-    print(json.dumps(result))
-    return result
-
-
 __all__ = [
     "CONTRACT_VERSION",
     "FORMATS",
     "LoadedPolicy",
     "PolicySource",
     "contract_path",
-    "export_command",
     "export_policy",
     "export_run",
     "load_policy",

@@ -166,9 +166,9 @@ def sweep(
         print(f"{len(members)} members as separate runs, {n} worker processes at a time.")
         run_host(spec, train_cfg, members, workers)
     table = aggregate(members, out_root)
-    from jaxrl.analysis.curves import plot_command
+    from jaxrl.analysis.curves import plot_runs
 
-    plot_command([out_root, "--out", os.path.join(out_root, "learning_curves.png")])
+    plot_runs([out_root], os.path.join(out_root, "learning_curves.png"))
     return {"programs": len(programs), "kinds": kinds, "settings": table, "out": out_root}
 
 
