@@ -7,6 +7,7 @@ spawn pool.
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 
@@ -173,6 +174,7 @@ def test_optuna_workers_start_in_the_spawn_pool(monkeypatch, tmp_path):
     calls = []
 
     def fake_pool(fn, jobs, workers=None):
+        pickle.dumps((fn, jobs))  # what the spawn pool sends its processes
         calls.append((fn, list(jobs), workers))
         return [None for _ in jobs]
 
@@ -190,3 +192,19 @@ def test_optuna_workers_start_in_the_spawn_pool(monkeypatch, tmp_path):
     ((fn, jobs, n),) = calls
     assert n == 2 and [job.trials for job in jobs] == [2, 1] and [j.worker for j in jobs] == [0, 1]
     assert fn.__module__ == "jaxrl.tune.optuna_search" and not fn.__name__.startswith("_")
+
+
+def test_host_grid_sweep_trains_members_in_the_spawn_pool(tmp_path, capsys):
+    tiny = ["--total-steps", "40", "--learning-starts", "20", "--batch-size", "8",
+            "--hidden-dims", "8", "8", "--eval-every", "40", "--eval-episodes", "1",
+            "--no-progress", "--no-tensorboard"]  # fmt: skip
+    root = str(tmp_path / "sweep")
+    argv = ["sweep", "sac", "--env", "Pendulum-v1", "--grid", "tau=0.01,0.02", "--workers", "2"]
+    main([*argv, *tiny, "--out", root])
+    assert "2 worker processes" in capsys.readouterr().out
+    for setting in os.listdir(root):
+        if os.path.isdir(os.path.join(root, setting)):
+            with open(os.path.join(root, setting, "s0", "summary.json")) as f:
+                assert json.load(f)["completed"]
+    with open(os.path.join(root, "sweep.json")) as f:
+        assert len(json.load(f)["settings"]) == 2

@@ -14,6 +14,45 @@ EXIT_STOPPED = 75
 EXIT_DIVERGED = 3
 """Exit status when the NaN guard stopped a run (the last good checkpoint is kept)."""
 
+USAGE = """usage: jaxrl {{train,finetune,eval,dataset,sweep,plot,plan,export}} ...
+
+  jaxrl train AGENT --env ENV [--total-steps N] [--seed S] [--num-envs E] [--out DIR]
+                    [--eval-every N] [--eval-episodes N] [agent options...]
+  jaxrl train AGENT --dataset PATH|minari:ID [--env ENV] ...   offline agents
+  jaxrl train AGENT --dataset D --env E --offline-steps N --online-steps M   offline-to-online
+  jaxrl train rlpd --env E --dataset D [--total-steps M] [--offline-ratio 0.5]   online + data
+  jaxrl train AGENT --config FILE.json ...   agent settings from a file (a run's config.json,
+                    a sweep's best_config.json); options after it override them
+  jaxrl finetune DIR --online-steps M [--offline-ratio R]   continue an offline run online
+  jaxrl dataset collect --env ENV --policy RUN_DIR --kind KIND --steps N --out FILE.hdf5
+  jaxrl dataset info FILE [--env ENV]   size, episodes, returns, reference scores
+  jaxrl eval DIR [--episodes N]      print one JSON line with the evaluation return
+  jaxrl plot DIR [DIR ...] [--out PREFIX|FILE.png] [--boot N] [--seed S]
+                    learning curves and IQM table of runs, seeds and sweeps (grouped by config)
+  jaxrl sweep AGENT --env ENV|--dataset D --seeds N --grid FIELD=V1,V2 [--grid ...] [options]
+                    settings x seeds; vmapped in one program on JAX envs and datasets
+  jaxrl sweep AGENT --backend optuna|ray --search FIELD=loguniform:LO:HI --trials N ...
+  jaxrl plan --env ENV [--episodes N] [--out DIR] [--seed S] [planner options...]
+                    MPPI/CEM with the true simulator as model (JAX envs; no learning)
+  jaxrl export DIR --format onnx|numpy|jax [--out FILE] [--step N]
+                    the deterministic evaluation policy, with FILE.contract.json
+
+agents: {agents}
+`jaxrl train AGENT --help` lists every option with its documentation.
+"""
+
+
+AGENTS = (
+    "sac", "td3", "ppo", "rlpd", "bc", "td3-bc", "cql", "cal-ql", "iql", "rebrac", "idql",
+    "diffusion-ql", "fql", "tdmpc2", "pets",
+)  # fmt: skip
+"""The built-in agents, named without importing them (``jaxrl.registry.names()``)."""
+
+
+def usage() -> str:
+    """The text of ``jaxrl --help``: the commands and the built-in agents (imports no agent)."""
+    return USAGE.format(agents=", ".join(AGENTS))
+
 
 def parse(cls: type[T], argv: Sequence[str], prog: str, description: str) -> T:
     """Parse ``argv`` into ``cls`` (a dataclass) with tyro; a bad option exits 2 with usage."""
@@ -72,4 +111,13 @@ def print_summary(summary: dict[str, Any]) -> None:
     )
 
 
-__all__ = ["EXIT_DIVERGED", "EXIT_STOPPED", "guard", "parse", "print_summary"]
+__all__ = [
+    "AGENTS",
+    "EXIT_DIVERGED",
+    "EXIT_STOPPED",
+    "USAGE",
+    "guard",
+    "parse",
+    "print_summary",
+    "usage",
+]

@@ -10,7 +10,7 @@ import dataclasses
 import json
 from typing import Annotated, Any
 
-from jaxrl.cli.common import guard, print_summary
+from jaxrl.cli.common import guard, print_summary, usage
 from jaxrl.errors import ConfigError
 
 CONFIG_HELP = (
@@ -21,8 +21,6 @@ CONFIG_HELP = (
 
 def run(argv: list[str]) -> None:
     """``jaxrl train AGENT [options]``: train and print the summary line."""
-    from jaxrl.cli.app import usage
-
     if not argv or argv[0].startswith("-"):
         raise SystemExit(usage())
     train_cfg, agent_cfg = guard(lambda: parse_train_args(argv[0], argv[1:]))

@@ -1,7 +1,6 @@
 """Ray Tune backend of ``jaxrl sweep`` (``ray_sweep``).
 
-FIFO, ASHA or PBT over function trainables that run ``jaxrl.cli.app.train`` (see
-``jaxrl.tune``); PBT's checkpoint transplant is in ``jaxrl.tune.pbt``.
+FIFO, ASHA or PBT over trainables that run ``jaxrl.run.train`` (see ``jaxrl.tune``).
 """
 
 from __future__ import annotations
