@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Sequence
 from typing import Annotated
 
@@ -41,8 +42,9 @@ def plot_command(argv: Sequence[str]) -> dict[str, str]:
         "sweeps; runs with the same config except the seed form one group."
     )
     a = tyro.cli(PlotArgs, args=list(argv), prog="jaxrl plot", description=description)
-    if not a.dirs:
-        raise SystemExit("jaxrl plot: give at least one run directory (see --help).")
+    if not a.dirs:  # a usage error, as tyro reports one: exit 2
+        print("jaxrl plot: give at least one run directory (see --help).", file=sys.stderr)
+        raise SystemExit(2)
     return plot_runs(a.dirs, a.out, a.boot, a.seed)
 
 

@@ -2,8 +2,8 @@
 
 ``train`` picks the loop (host, fused, offline, offline-to-online, online with a dataset), makes
 the envs or loads the dataset, prepares the run directory (one per seed with ``--num-seeds``) and
-returns the run's summary. ``jaxrl.cli.app`` parses the command line and calls it; sweeps and tuners
-call it too. It is re-exported as ``jaxrl.cli.app.train``, the name scripts and user code import.
+returns the run's summary. ``jaxrl.cli.train`` parses the command line and calls it; sweeps and
+tuners call it too, in worker processes through ``train_job(TrainJob(...))``.
 """
 
 from __future__ import annotations

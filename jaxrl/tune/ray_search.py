@@ -48,7 +48,7 @@ def ray_sweep(
 ) -> dict[str, Any]:
     """Search ``search`` with Ray Tune, maximizing the evaluation return.
 
-    Each trial is a function trainable that runs ``jaxrl.cli.app.train`` in its Ray worker process
+    Each trial is a function trainable that runs ``jaxrl.run.train`` in its Ray worker process
     into ``out_root/trial-<trial id>`` and reports every evaluation with ``tune.report`` (keys
     ``eval_return``, ``step``, ``nonfinite``, ``run_dir``). The first configurations are drawn at
     random (seeded by ``seed``) from the search; the trials' training seed is ``train_cfg.seed``.
