@@ -175,7 +175,7 @@ def _optimize(
             cfg = apply_settings(job.agent_cfg, settings)
         except ConfigError as err:
             trial.set_user_attr("fail_reason", f"settings rejected: {err}")
-            raise
+            raise _Rejected(str(err)) from err
 
         def report(o: str, step: int, eval_return: float, nonfinite: int) -> None:
             failure = _eval_failure(o, step, eval_return, nonfinite)
@@ -200,8 +200,13 @@ def _optimize(
             raise Diverged(f"{out}: final evaluation return {value}")
         return value
 
-    # Optuna marks a trial that raises one of ``catch`` FAILED and goes on with the next.
-    study.optimize(objective, n_trials=job.trials, catch=(Diverged, ConfigError))
+    # Optuna marks a trial that raises one of ``catch`` FAILED and goes on with the next; any
+    # other error (a user error of the sweep itself, a bug) stops the sweep.
+    study.optimize(objective, n_trials=job.trials, catch=(Diverged, _Rejected))
+
+
+class _Rejected(RuntimeError):
+    """The agent config rejects a trial's sampled settings: the trial FAILS, the study goes on."""
 
 
 def _suggest(trial: Any, name: str, p: Param) -> Any:
