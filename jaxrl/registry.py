@@ -11,6 +11,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal
 
+from jaxrl.errors import ConfigError
+
 Kind = Literal["off-policy", "on-policy", "offline", "planner"]
 """How an agent trains.
 
@@ -125,14 +127,14 @@ class AgentSpec:
         field = self.actor_obs_field
         if field is None:
             able = [s.name for s in REGISTRY.values() if s.actor_obs_field is not None]
-            raise ValueError(
+            raise ConfigError(
                 f"{self.name} cannot train on an env with privileged=true: its actor would read "
                 f"the critic's privileged features. Use one of {', '.join(able)}, or drop "
                 "privileged=true from the env id."
             )
         chosen = getattr(config, field)
         if chosen not in (0, size):
-            raise ValueError(
+            raise ConfigError(
                 f"--{field.replace('_', '-')} {chosen} does not match the env: with "
                 f"privileged=true the policy sees the first {size} observation features; leave "
                 "it at 0 and it is set from the env."
@@ -162,7 +164,7 @@ def get(name: str) -> AgentSpec:
         ValueError: an unknown name, listing the known ones.
     """
     if name not in REGISTRY:
-        raise ValueError(f"Unknown agent {name!r}; choose one of: {', '.join(REGISTRY)}.")
+        raise ConfigError(f"Unknown agent {name!r}; choose one of: {', '.join(REGISTRY)}.")
     return REGISTRY[name]
 
 

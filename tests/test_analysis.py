@@ -16,8 +16,8 @@ from jaxrl.analysis.curves import (
     learning_curve,
     load_run,
     output_paths,
-    plot_command,
 )
+from jaxrl.cli.plot import plot_command
 
 # ---------------------------------------------------------------------------- IQM
 

@@ -9,12 +9,11 @@ the Edge of the Statistical Precipice" (NeurIPS 2021, the ``rliable`` library). 
 group, rliable's stratified bootstrap reduces to resampling the group's runs with replacement,
 which is what we do here, in numpy (rliable itself pulls in heavy dependencies). The statistics
 are in ``jaxrl.analysis.stats``; ``iqm`` and ``bootstrap_ci`` are re-exported here. This module
-draws the learning curves and holds the command.
+draws the learning curves (``plot_runs``; ``jaxrl.cli.plot`` parses ``jaxrl plot``).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ from jaxrl.analysis.runs import (
     markdown_table,
 )
 from jaxrl.analysis.stats import bootstrap_ci, iqm
+from jaxrl.errors import ConfigError
 from jaxrl.loops.logging import write_json
 
 _FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
@@ -114,56 +114,50 @@ def output_paths(out: str) -> tuple[str, str, str]:
     return f"{out}.png", f"{out}.md", f"{out}.json"
 
 
-def plot_command(argv: Sequence[str]) -> dict[str, str]:
-    """``jaxrl plot DIR [DIR ...] [--out PREFIX|FILE.png] [--boot N] [--seed S]``.
+def plot_runs(
+    dirs: Sequence[str], out: str = "learning_curves", n_boot: int = 2000, seed: int = 0
+) -> dict[str, str]:
+    """Plot the runs under ``dirs``: what ``jaxrl plot DIR [DIR ...]`` does.
 
     Finds the runs under the directories, groups them by configuration, draws the groups'
     learning curves (mean and 95% bootstrap CI over runs) and writes the final-score table (runs,
     mean, IQM with its 95% CI, median; best IQM first) as markdown and JSON. Prints the table and
     the paths written.
 
+    Args:
+        dirs: run directories or directories containing runs.
+        out: output prefix (writes PREFIX.png, .md, .json), FILE.png (tables next to it) or DIR/.
+        n_boot: bootstrap resamples.
+        seed: seed of the bootstrap.
+
     Returns:
         The paths written: ``{"png": ..., "md": ..., "json": ...}``.
 
     Raises:
-        ValueError: when no run with an evaluation is found, or an option is out of range.
+        ConfigError: when no run with an evaluation is found, or an option is out of range.
     """
-    p = argparse.ArgumentParser(
-        prog="jaxrl plot",
-        description="Learning curves and a final-score table (IQM, bootstrap CIs) of runs, seeds "
-        "and sweeps; runs with the same config except the seed form one group.",
-    )
-    p.add_argument("dirs", nargs="+", help="run directories or directories containing runs")
-    p.add_argument(
-        "--out",
-        default="learning_curves",
-        help="output prefix (writes PREFIX.png, .md, .json), FILE.png (tables next to it) or DIR/",
-    )
-    p.add_argument("--boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
-    a = p.parse_args(list(argv))
-    if a.boot < 1:
-        raise ValueError(f"--boot must be at least 1, got {a.boot}.")
+    if n_boot < 1:
+        raise ConfigError(f"--boot must be at least 1, got {n_boot}.")
 
     runs, pending = [], []
-    for path in find_runs(a.dirs):
+    for path in find_runs(dirs):
         run = load_run(path)
         if run is None:
             pending.append(path)
         else:
             runs.append(run)
     if not runs:
-        raise ValueError(
+        raise ConfigError(
             f"None of the {len(pending)} runs found has an evaluation yet (no eval_return in "
             "metrics.csv); plot again after their first evaluation (--eval-every)."
         )
     groups = group_runs(runs)
-    rows = [final_scores(g, n_boot=a.boot, seed=a.seed) for g in groups]
+    rows = [final_scores(g, n_boot=n_boot, seed=seed) for g in groups]
     order = sorted(range(len(groups)), key=lambda i: -rows[i]["iqm"])
     groups, rows = [groups[i] for i in order], [rows[i] for i in order]
-    curves = [learning_curve(g, n_boot=a.boot, seed=a.seed) for g in groups]
+    curves = [learning_curve(g, n_boot=n_boot, seed=seed) for g in groups]
 
-    png, md, js = output_paths(a.out)
+    png, md, js = output_paths(out)
     for path in (png, md, js):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     title = _title(runs[0].config) if len(groups) > 1 and _same_task(runs) else ""
@@ -179,7 +173,7 @@ def plot_command(argv: Sequence[str]) -> dict[str, str]:
                 "low": curve.low.tolist(),
                 "high": curve.high.tolist(),
             }
-    write_json(js, {"n_boot": a.boot, "seed": a.seed, "confidence": 0.95, "groups": rows})
+    write_json(js, {"n_boot": n_boot, "seed": seed, "confidence": 0.95, "groups": rows})
 
     print(table, end="")
     for path in pending:
@@ -205,6 +199,6 @@ __all__ = [
     "load_run",
     "markdown_table",
     "output_paths",
-    "plot_command",
     "plot_groups",
+    "plot_runs",
 ]

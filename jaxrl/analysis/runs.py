@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from jaxrl.analysis.stats import bootstrap_ci, iqm
+from jaxrl.errors import ConfigError
 from jaxrl.loops.logging import read_metrics
 
 # Config entries that differ between seeds of one configuration without changing what it trains:
@@ -101,7 +102,7 @@ def find_runs(paths: Sequence[str]) -> list[str]:
     seen: set[str] = set()
     for path in paths:
         if not os.path.isdir(path):
-            raise ValueError(
+            raise ConfigError(
                 f"{path!r} is not a directory; pass run directories (from `jaxrl train --out`) or "
                 "directories that contain them."
             )
@@ -112,7 +113,7 @@ def find_runs(paths: Sequence[str]) -> list[str]:
                 found.append(root)
                 dirs.clear()  # a run's subdirectories (checkpoints, ...) are its own
         if not found:
-            raise ValueError(
+            raise ConfigError(
                 f"No runs under {path!r}: a run directory holds metrics.csv (written by `jaxrl "
                 "train`). Pass run directories or a multi-seed / sweep directory holding them."
             )
@@ -134,7 +135,7 @@ def load_run(path: str) -> Run | None:
     try:
         rows = [r for r in read_metrics(metrics) if "eval_return" in r and "step" in r]
     except ValueError as err:
-        raise ValueError(
+        raise ConfigError(
             f"{metrics} is not a jaxrl metrics file ({err}); every cell must be a number or empty."
         ) from None
     if not rows:
@@ -147,7 +148,7 @@ def load_run(path: str) -> Run | None:
             with open(config_path) as f:
                 config = json.load(f)
         except ValueError as err:
-            raise ValueError(
+            raise ConfigError(
                 f"{config_path} is not valid JSON ({err}); fix or delete it (without it the run "
                 "is plotted on its own)."
             ) from None

@@ -1,5 +1,6 @@
-"""``python -m jaxrl.cli ...``: the ``jaxrl`` command without the console script."""
+"""``python -m jaxrl.cli``: the ``jaxrl`` command."""
 
-from jaxrl.cli import main
+from jaxrl.cli.app import main
 
-main()
+if __name__ == "__main__":
+    main()

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxrl.errors import DatasetError
 from jaxrl.types import Transition
 
 
@@ -40,7 +41,7 @@ def monte_carlo_returns(
     rewards = np.asarray(rewards, np.float64)
     terminals, timeouts = np.asarray(terminals, bool), np.asarray(timeouts, bool)
     if not (rewards.ndim == 1 and rewards.shape == terminals.shape == timeouts.shape):
-        raise ValueError(
+        raise DatasetError(
             f"rewards {rewards.shape}, terminals {terminals.shape} and timeouts {timeouts.shape} "
             "must be [N] arrays of one length."
         )

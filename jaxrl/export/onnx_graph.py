@@ -13,6 +13,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxrl.errors import ConfigError, require
+
 ONNX_OPSET = 18
 # Primitives that only wrap a sub-jaxpr: their body is inlined.
 _CALLS = {
@@ -160,7 +162,7 @@ def to_program(closed: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             elif name == "convert_element_type":
                 op["new_dtype"] = np.dtype(p["new_dtype"]).name
             elif name not in _PLAIN:
-                raise ValueError(
+                raise ConfigError(
                     f"Cannot export: the policy uses {name!r}, which the converter does not "
                     "support. Use the jax format (`--format jax`), which takes any policy."
                 )
@@ -324,13 +326,9 @@ def _scalar_const(inits: list, fresh: Any, value: float, dtype: str) -> str:
 
 
 def _require_onnx() -> None:
-    try:
-        import onnx  # noqa: F401
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        raise ValueError(
-            "ONNX export needs onnx and onnxruntime: pip install 'jaxrl[export]'."
-        ) from None
+    """Import onnx and onnxruntime, or raise ``MissingExtraError`` naming the export extra."""
+    require("onnx", "export")
+    require("onnxruntime", "export")
 
 
 __all__ = ["ONNX_OPSET", "to_onnx", "to_program"]

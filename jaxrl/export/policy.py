@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl.errors import ConfigError
 from jaxrl.export.contract import (
     CONTRACT_VERSION,
     FORMATS,
@@ -104,7 +105,7 @@ def trace_policy(src: PolicySource) -> Any:
         ValueError: the agent is a planner, or its evaluation policy draws random numbers.
     """
     if src.spec.kind == "planner":
-        raise ValueError(
+        raise ConfigError(
             f"Cannot export {src.spec.name}: it is a planner (it optimizes an action sequence "
             "with its learned model at every step and carries the plan across steps), not a "
             "fixed function of the observation. Run it with jaxrl (`jaxrl eval DIR`), or train "
@@ -114,7 +115,7 @@ def trace_policy(src: PolicySource) -> Any:
     closed = jax.make_jaxpr(policy_function(src))(x)
     rng = sorted({e.primitive.name for e in _walk(closed.jaxpr)} & RNG_PRIMITIVES)
     if rng:
-        raise ValueError(
+        raise ConfigError(
             f"Cannot export {src.spec.name}: its evaluation policy draws random numbers "
             f"({', '.join(rng)} in its graph; e.g. sampling candidate actions or noise), so it "
             "is not a fixed function of the observation. Use an agent whose evaluation policy "
@@ -142,7 +143,7 @@ def export_policy(src: PolicySource, fmt: str, out: str) -> str:
             reproduce the JAX policy.
     """
     if fmt not in FORMATS:
-        raise ValueError(f"Unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}.")
+        raise ConfigError(f"Unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}.")
     closed = trace_policy(src)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if fmt == "jax":
@@ -286,29 +287,9 @@ def export_run(run_dir: str, fmt: str, out: str | None = None, step: int | None 
         The artifact's path; its contract is at ``contract_path(path)``.
     """
     if fmt not in FORMATS:
-        raise ValueError(f"Unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}.")
+        raise ConfigError(f"Unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}.")
     out = out or os.path.join(run_dir, "export", "policy" + SUFFIX[fmt])
     return export_policy(source_from_run(run_dir, step), fmt, out)
-
-
-def export_command(argv: list[str]) -> dict[str, Any]:
-    """``jaxrl export DIR --format onnx|numpy|jax [--out FILE] [--step N]``; prints one line."""
-    import argparse
-
-    p = argparse.ArgumentParser(
-        prog="jaxrl export",
-        description="Export the deterministic evaluation policy of a run directory "
-        "(observation normalizer and action rescaling folded in) with a contract JSON.",
-    )
-    p.add_argument("run_dir")
-    p.add_argument("--format", choices=FORMATS, required=True)
-    p.add_argument("--out", default=None, help="artifact path (default DIR/export/policy.EXT)")
-    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest)")
-    a = p.parse_args(argv)
-    path = export_run(a.run_dir, a.format, a.out, a.step)
-    result = {"artifact": path, "contract": contract_path(path), "format": a.format}
-    print(json.dumps(result))
-    return result
 
 
 __all__ = [
@@ -317,7 +298,6 @@ __all__ = [
     "LoadedPolicy",
     "PolicySource",
     "contract_path",
-    "export_command",
     "export_policy",
     "export_run",
     "load_policy",

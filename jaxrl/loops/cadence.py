@@ -74,7 +74,7 @@ _EVAL_HOOKS: list[Any] = []
 def on_eval(hook: Any) -> Any:
     """Call ``hook(out, step, eval_return, nonfinite)`` at every evaluation of every member.
 
-    For tuners (Optuna's pruner, Ray Tune's reports) that run ``jaxrl.cli.app.train`` in-process:
+    For tuners (Optuna's pruner, Ray Tune's reports) that run ``jaxrl.run.train`` in-process:
     ``out`` is the member's run directory, ``step`` its step (env steps; offline: gradient
     steps), ``eval_return`` the mean evaluation return and ``nonfinite`` the count of updates
     after which the agent held a NaN. The hook runs after the point's checkpoint is written

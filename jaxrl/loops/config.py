@@ -15,6 +15,7 @@ from typing import Any, Literal
 import jax
 
 from jaxrl.config import check_choice, check_positive, check_range, config_to_dict
+from jaxrl.errors import ConfigError
 from jaxrl.loops.device import NONFINITE_MODES
 from jaxrl.loops.logging import write_json
 
@@ -143,12 +144,12 @@ def prepare_run_dir(out: str, config: dict[str, Any]) -> None:
         with open(path) as f:
             old = json.load(f)
     except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(
+        raise ConfigError(
             f"{path} is not readable JSON ({err}), so {out} cannot be resumed safely. Restore "
             "the file (it records the run's settings) or use a new --out directory."
         ) from None
     if not isinstance(old, dict):
-        raise ValueError(f"{path} does not hold a run's settings; use a new --out directory.")
+        raise ConfigError(f"{path} does not hold a run's settings; use a new --out directory.")
     # Budgets may grow (resume a finished run for longer; fine-tune an offline run online).
     ignore = {"total_steps", "online_steps", "offline_ratio", "online_lr_schedule"}
     ignore |= {"progress", "out"}
@@ -164,7 +165,7 @@ def prepare_run_dir(out: str, config: dict[str, Any]) -> None:
             changes = "; ".join(
                 f"{k}: {was!r} in the run, {now!r} now" for k, (was, now) in sorted(diff.items())
             )
-            raise ValueError(
+            raise ConfigError(
                 f"{out} holds a run with a different configuration ({section}: {changes}). Use "
                 "a new --out directory, or the same options as before to resume."
             )

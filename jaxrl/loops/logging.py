@@ -76,12 +76,9 @@ class RunLogger:
         self._wandb = None
         self._wandb_args = None
         if wandb_project:
-            try:
-                import wandb  # noqa: F401
-            except ImportError as err:
-                raise ImportError(
-                    "wandb logging was requested: pip install 'jaxrl[wandb]'"
-                ) from err
+            from jaxrl.errors import require
+
+            require("wandb", "wandb")  # fail at setup, naming the extra, not at the first log
             self._wandb_args = {
                 "project": wandb_project,
                 "name": run_name,

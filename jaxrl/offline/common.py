@@ -83,7 +83,7 @@ def data_norm(dataset: Any, config: Any) -> DataNorm:
     if mode == "return_range":
         norm = norm.replace(reward_scale=jnp.float32(dataset.reward_scale_return_range()))
     elif mode not in REWARD_NORMALIZATIONS:
-        raise ValueError(f"Unknown reward_normalization {mode!r}; use {REWARD_NORMALIZATIONS}.")
+        raise ConfigError(f"Unknown reward_normalization {mode!r}; use {REWARD_NORMALIZATIONS}.")
     return norm
 
 

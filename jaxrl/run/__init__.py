@@ -3,7 +3,8 @@
 It sets up envs, dataset and agent, picks the loop from the agent's registry entry and trains
 the run's members (seeds x settings) as one program where it can.
 
-- ``train``: ``train(agent, train_cfg, agent_cfg)``, the entry point of every training run.
+- ``train``: ``train(agent, train_cfg, agent_cfg)``, the entry point of every training run
+  (``train_job(TrainJob(...))`` in a worker process).
 - ``runs``: read and load run directories; make JAX envs; carry an agent over to online training.
 - ``offline``: load and check a dataset and make the offline agent.
 - ``finetune``: offline-to-online, online with a dataset, fine-tuning a saved run.
@@ -17,6 +18,6 @@ May import: ``jaxrl.loops``, ``jaxrl.registry`` and everything below; never ``tu
 """
 
 from jaxrl.run.runs import LoadedRun, load_run, read_config
-from jaxrl.run.train import train
+from jaxrl.run.train import TrainJob, train, train_job
 
-__all__ = ["LoadedRun", "load_run", "read_config", "train"]
+__all__ = ["LoadedRun", "TrainJob", "load_run", "read_config", "train", "train_job"]

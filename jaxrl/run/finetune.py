@@ -29,6 +29,7 @@ import numpy as np
 
 from jaxrl import registry
 from jaxrl.envs.jax_envs import is_jax_env
+from jaxrl.errors import ConfigError
 from jaxrl.loops import (
     OfflineState,
     TrainConfig,
@@ -48,7 +49,7 @@ from jaxrl.run.runs import online_agent, read_config
 
 def _check_host_env(env_id: str) -> None:
     if is_jax_env(env_id):
-        raise ValueError(
+        raise ConfigError(
             f"Online training with a dataset runs on Gymnasium envs (the host loop); {env_id!r} "
             "is a JAX env. Use the Gymnasium version of the task (e.g. Pendulum-v1), or train "
             "offline only (drop --online-steps)."
@@ -123,7 +124,7 @@ def train_with_data(spec: AgentSpec, agent_cfg: Any, cfg: TrainConfig) -> dict:
     """
     if cfg.offline_steps:
         offline = ", ".join(registry.names("offline"))
-        raise ValueError(
+        raise ConfigError(
             f"{spec.name} is an online agent: it has no offline phase, so --offline-steps "
             f"{cfg.offline_steps} does nothing. Drop it, or pretrain an offline agent ({offline})"
             " with --offline-steps N --online-steps M."
@@ -200,7 +201,7 @@ def finetune_run(
     config = read_config(run_dir)
     name = config["agent"]
     if name not in registry.names("offline") or not config.get("dataset"):
-        raise ValueError(
+        raise ConfigError(
             f"{run_dir} is a run of {name} without a dataset; `jaxrl finetune` continues an "
             f"offline run (jaxrl train {'|'.join(registry.names('offline'))} --dataset D)."
         )

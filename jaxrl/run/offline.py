@@ -12,6 +12,7 @@ import numpy as np
 from jaxrl.buffers import BufferState
 from jaxrl.data.dataset import Dataset
 from jaxrl.data.loading import load_dataset
+from jaxrl.errors import DatasetError
 from jaxrl.offline.common import data_norm
 from jaxrl.registry import AgentSpec
 
@@ -78,7 +79,7 @@ def setup_offline(
     dataset = load_dataset(train_config.dataset, train_config.env or None)
     env_id = dataset.env_id
     if not env_id:
-        raise ValueError(
+        raise DatasetError(
             f"{train_config.dataset} does not say which env it comes from (no metadata/env_id); "
             "pass --env."
         )

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxrl.errors import ConfigError
 from jaxrl.registry import AgentSpec
 
 
@@ -52,12 +53,12 @@ def read_config(run_dir: str) -> dict[str, Any]:
     """
     path = os.path.join(run_dir, "config.json")
     if not os.path.exists(path):
-        raise ValueError(f"{run_dir} is not a jaxrl run directory (no config.json).")
+        raise ConfigError(f"{run_dir} is not a jaxrl run directory (no config.json).")
     try:
         with open(path) as f:
             config = json.load(f)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(
+        raise ConfigError(
             f"{path} is not readable JSON ({err}); the run's config is damaged. Restore it from "
             "a copy (the checkpoints beside it are untouched), or train into a new --out."
         ) from None
@@ -65,7 +66,7 @@ def read_config(run_dir: str) -> dict[str, Any]:
         return config
     missing = [k for k in _CONFIG_KEYS if not isinstance(config, dict) or k not in config]
     if missing:
-        raise ValueError(
+        raise ConfigError(
             f"{path} lacks {', '.join(missing)}: it was not written by `jaxrl train`. Restore "
             "the run's own config.json, or train into a new --out."
         )
@@ -219,13 +220,13 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
 
     config = read_config(run_dir)
     if config.get("model") == "true_simulator":
-        raise ValueError(
+        raise ConfigError(
             f"{run_dir} is a `jaxrl plan` run (planning with the true simulator): it holds no "
             "trained agent to evaluate; its episode returns are in summary.json; rerunning "
             "the same `jaxrl plan` command resumes it, and another --out plans new episodes."
         )
     if config["agent"] not in registry.names():
-        raise ValueError(
+        raise ConfigError(
             f"{run_dir} was trained with unknown agent {config['agent']!r}: not one of this "
             f"jaxrl's agents ({', '.join(registry.names())}). Load it with the jaxrl version "
             "that wrote it."
@@ -234,7 +235,7 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
     agent_cfg = spec.make_config(**config["agent_config"])
     unknown = sorted(set(config["train"]) - {f.name for f in dataclasses.fields(TrainConfig)})
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"{run_dir}/config.json has loop options this version of jaxrl does not know "
             f"({', '.join(unknown)}): the run was written by another version. Load it with that "
             "version, or retrain."
@@ -242,9 +243,9 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
     train_cfg = TrainConfig(**_tuples(config["train"]))
     ckpt = Checkpointer(os.path.join(run_dir, "checkpoints"))
     if ckpt.latest_step() is None:
-        raise ValueError(f"{run_dir} has no checkpoint yet; train it first (jaxrl train ...).")
+        raise ConfigError(f"{run_dir} has no checkpoint yet; train it first (jaxrl train ...).")
     if step is not None and step not in ckpt.all_steps():
-        raise ValueError(
+        raise ConfigError(
             f"{run_dir} has no checkpoint at step {step}; its checkpoints are at steps "
             f"{ckpt.all_steps()} (omit the step for the newest)."
         )

@@ -2,15 +2,38 @@
 
 ``train`` picks the loop (host, fused, offline, offline-to-online, online with a dataset), makes
 the envs or loads the dataset, prepares the run directory (one per seed with ``--num-seeds``) and
-returns the run's summary. ``jaxrl.cli.app`` parses the command line and calls it; sweeps and tuners
-call it too. It is re-exported as ``jaxrl.cli.app.train``, the name scripts and user code import.
+returns the run's summary. ``jaxrl.cli.train`` parses the command line and calls it; sweeps and
+tuners call it too, in worker processes through ``train_job(TrainJob(...))``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from contextlib import closing
 from typing import Any
+
+from jaxrl.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainJob:
+    """One ``train`` call as a value, to hand to a worker process (``train_job``).
+
+    Attributes:
+        agent_name: a registered agent.
+        train_cfg: the loop options (a ``TrainConfig``).
+        agent_cfg: the agent's config.
+    """
+
+    agent_name: str
+    train_cfg: Any
+    agent_cfg: Any
+
+
+def train_job(job: TrainJob) -> dict[str, Any]:
+    """``train(job.agent_name, job.train_cfg, job.agent_cfg)``: the entry of a worker process."""
+    return train(job.agent_name, job.train_cfg, job.agent_cfg)
 
 
 def train(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
@@ -35,24 +58,24 @@ def train(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     if train_cfg.dataset:
         return _train_with_dataset(spec, train_cfg, agent_cfg)
     if train_cfg.online_steps or train_cfg.offline_steps is not None:
-        raise ValueError(
+        raise ConfigError(
             "--offline-steps / --online-steps split a run with --dataset into its offline and "
             "online phases; without a dataset use --total-steps."
         )
     if spec.kind == "offline":
-        raise ValueError(
+        raise ConfigError(
             f"{spec.name} is an offline agent: pass --dataset PATH (a D4RL .hdf5 file, a Minari "
             "dataset directory or minari:ID); `jaxrl dataset collect` makes one."
         )
     if is_jax_env(train_cfg.env):
         return _train_jax(spec, train_cfg, agent_cfg)
     if spec.kind == "on-policy":
-        raise ValueError(
+        raise ConfigError(
             f"{spec.name} is on-policy and trains on JAX envs only (the fused loop); use e.g. "
             "--env jax:pendulum or --env brax:inverted_pendulum."
         )
     if train_cfg.num_seeds > 1:
-        raise ValueError(
+        raise ConfigError(
             "--num-seeds trains seeds in one program and needs a JAX env (brax:NAME or "
             f"jax:NAME); for {train_cfg.env!r} run one process per --seed."
         )
@@ -65,7 +88,7 @@ def _train_with_dataset(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, 
     from jaxrl.run.finetune import train_offline_to_online, train_with_data
 
     if train_cfg.num_seeds > 1 and (spec.kind != "offline" or train_cfg.online_steps):
-        raise ValueError(
+        raise ConfigError(
             "--num-seeds with --dataset vmaps the seeds of an offline agent's offline phase; for "
             "online or offline-to-online training with data run one process per --seed."
         )
@@ -74,7 +97,7 @@ def _train_with_dataset(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, 
             return train_offline_to_online(spec, agent_cfg, train_cfg)
         return _train_offline(spec, train_cfg, agent_cfg)
     if spec.kind == "on-policy":
-        raise ValueError(
+        raise ConfigError(
             f"{spec.name} is on-policy and cannot reuse a dataset; with --dataset use an "
             f"off-policy agent ({', '.join(registry.names('off-policy'))}) or an offline one "
             f"({', '.join(registry.names('offline'))})."

@@ -21,7 +21,8 @@ every field of ``agent_config``) plus a ``sweep`` section with the study, trial,
 searched settings.
 
 The code lives in ``space`` (search specs, shared trial plumbing), ``optuna_search``,
-``ray_search`` and ``pbt`` (PBT's checkpoint transplant); this package re-exports their public
+``ray_search``, ``pbt`` (PBT's checkpoint transplant) and ``workers`` (the spawn pool that runs
+grid members and Optuna workers); this package re-exports their public
 names. It may import ``jaxrl.run`` and everything below it, never ``jaxrl.cli``.
 """
 

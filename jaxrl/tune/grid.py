@@ -52,12 +52,8 @@ from jaxrl.run.members import (
     settings,
 )
 from jaxrl.run.programs import member_train_config, run_fused, run_offline
-
-
-def _train_member(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
-    from jaxrl.run.train import train
-
-    return train(agent_name, train_cfg, agent_cfg)
+from jaxrl.run.train import TrainJob, train_job
+from jaxrl.tune.workers import pool_size, run_pool
 
 
 def run_host(
@@ -65,21 +61,12 @@ def run_host(
 ) -> list[dict[str, Any]]:
     """Train each member as its own ``jaxrl train`` in worker processes (Gymnasium envs).
 
-    At most ``workers`` (default: the number of cores) run at once; each is a fresh process
-    (``spawn``), so JAX never forks.
+    At most ``workers`` (default: the number of cores) run at once, in the spawn pool of
+    ``jaxrl.tune.workers`` (fresh processes, so JAX never forks).
     """
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    workers = max(1, min(workers or os.cpu_count() or 1, len(members)))
     cfg = dataclasses.replace(train_cfg, progress=False)
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        futures = [
-            pool.submit(_train_member, spec.name, member_train_config(cfg, m), m.config)
-            for m in members
-        ]
-        return [f.result() for f in futures]
+    jobs = [TrainJob(spec.name, member_train_config(cfg, m), m.config) for m in members]
+    return run_pool(train_job, jobs, workers)
 
 
 def aggregate(members: list[Member], out_root: str) -> list[dict[str, Any]]:
@@ -175,13 +162,13 @@ def sweep(
                 print(f"program {i + 1}/{len(programs)}: {setting_label(program.static)}")
             run(spec, train_cfg, program)
     else:
-        n = max(1, min(workers or os.cpu_count() or 1, len(members)))
+        n = pool_size(workers, len(members))
         print(f"{len(members)} members as separate runs, {n} worker processes at a time.")
         run_host(spec, train_cfg, members, workers)
     table = aggregate(members, out_root)
-    from jaxrl.analysis.curves import plot_command
+    from jaxrl.analysis.curves import plot_runs
 
-    plot_command([out_root, "--out", os.path.join(out_root, "learning_curves.png")])
+    plot_runs([out_root], os.path.join(out_root, "learning_curves.png"))
     return {"programs": len(programs), "kinds": kinds, "settings": table, "out": out_root}
 
 

@@ -7,13 +7,12 @@ storage (see ``jaxrl.tune``).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
-import subprocess
-import sys
 from typing import Any
 
+from jaxrl.errors import ConfigError, require
+from jaxrl.tune import workers as worker_pool
 from jaxrl.tune.space import (
     Diverged,
     Param,
@@ -23,11 +22,9 @@ from jaxrl.tune.space import (
     _check_sweep,
     _eval_failure,
     _literal,
-    _require,
     _text,
     _write_best,
     apply_settings,
-    parse_search,
 )
 
 
@@ -70,9 +67,10 @@ def optuna_sweep(
 
     Parallel trials (``n_jobs > 1``): JAX programs and the training loop's signal handlers do
     not belong in threads, so instead of Optuna's thread pool this starts ``n_jobs`` worker
-    processes (``python -c``, importing this same ``jaxrl``) that join the study in the same
-    storage and run ``trials`` between them (the first ``trials % n_jobs`` run one more). Use a
-    server database (PostgreSQL/MySQL) for many workers; SQLite serializes their writes.
+    processes (the spawn pool of ``jaxrl.tune.workers``, importing this same ``jaxrl``) that
+    join the study in the same storage and run ``trials`` between them (the first
+    ``trials % n_jobs`` run one more). Use a server database (PostgreSQL/MySQL) for many
+    workers; SQLite serializes their writes.
 
     Args:
         agent_name: a registered agent.
@@ -101,14 +99,14 @@ def optuna_sweep(
         ValueError: an empty search, ``trials``/``n_jobs`` < 1, an unknown sampler or pruner,
             ``--num-seeds``, or optuna not installed.
     """
-    optuna = _require("optuna")
+    optuna: Any = require("optuna", "sweep")
     _check_sweep(train_cfg, search, trials)
     if n_jobs < 1:
-        raise ValueError(f"n_jobs must be at least 1, got {n_jobs}.")
+        raise ConfigError(f"n_jobs must be at least 1, got {n_jobs}.")
     if sampler not in ("tpe", "random"):
-        raise ValueError(f"Unknown sampler {sampler!r}; use 'tpe' or 'random'.")
+        raise ConfigError(f"Unknown sampler {sampler!r}; use 'tpe' or 'random'.")
     if pruner not in ("median", "none"):
-        raise ValueError(f"Unknown pruner {pruner!r}; use 'median' or 'none'.")
+        raise ConfigError(f"Unknown pruner {pruner!r}; use 'median' or 'none'.")
     out_root = os.path.abspath(out_root)
     os.makedirs(out_root, exist_ok=True)
     storage = storage or f"sqlite:///{os.path.join(out_root, 'sweep.db')}"
@@ -169,7 +167,7 @@ def _optimize(
         out = os.path.join(out_root, f"trial-{trial.number}")
         trial.set_user_attr("run_dir", out)
         if os.path.exists(os.path.join(out, "config.json")):  # numbers are unique per study
-            raise ValueError(
+            raise ConfigError(
                 f"{out} already holds a run, of another study in {out_root}; give each study "
                 f"its own out_root, or pass study_name={study_name!r} to add trials to it."
             )
@@ -177,7 +175,7 @@ def _optimize(
             cfg = apply_settings(job.agent_cfg, settings)
         except ConfigError as err:
             trial.set_user_attr("fail_reason", f"settings rejected: {err}")
-            raise
+            raise _Rejected(str(err)) from err
 
         def report(o: str, step: int, eval_return: float, nonfinite: int) -> None:
             failure = _eval_failure(o, step, eval_return, nonfinite)
@@ -202,8 +200,13 @@ def _optimize(
             raise Diverged(f"{out}: final evaluation return {value}")
         return value
 
-    # Optuna marks a trial that raises one of ``catch`` FAILED and goes on with the next.
-    study.optimize(objective, n_trials=job.trials, catch=(Diverged, ConfigError))
+    # Optuna marks a trial that raises one of ``catch`` FAILED and goes on with the next; any
+    # other error (a user error of the sweep itself, a bug) stops the sweep.
+    study.optimize(objective, n_trials=job.trials, catch=(Diverged, _Rejected))
+
+
+class _Rejected(RuntimeError):
+    """The agent config rejects a trial's sampled settings: the trial FAILS, the study goes on."""
 
 
 def _suggest(trial: Any, name: str, p: Param) -> Any:
@@ -220,68 +223,49 @@ def _suggest(trial: Any, name: str, p: Param) -> Any:
     return p.choices[texts.index(trial.suggest_categorical(name, texts))]
 
 
+@dataclasses.dataclass(frozen=True)
+class OptunaJob:
+    """One worker's share of a study, handed to ``optuna_worker`` in a worker process.
+
+    Attributes:
+        sweep: what every trial shares; ``sweep.trials`` is this worker's share.
+        storage: the study's Optuna storage URL.
+        study_name: the study to join.
+        worker: the worker's index (seeds its sampler apart from the others').
+        options: ``{"sampler", "pruner", "n_startup_trials"}`` of ``optuna_sweep``.
+    """
+
+    sweep: Sweep
+    storage: str
+    study_name: str
+    worker: int
+    options: dict[str, Any]
+
+    @property
+    def trials(self) -> int:
+        """Trials this worker runs."""
+        return self.sweep.trials
+
+
+def optuna_worker(job: OptunaJob) -> None:
+    """Run ``job``'s trials of its study: the entry of an ``n_jobs`` worker process."""
+    try:
+        _optimize(job.sweep, job.storage, job.study_name, job.worker, job.options)
+    except KeyboardInterrupt:  # the trial is marked FAILED; the parent returns the summary
+        pass
+
+
 def _run_workers(
     job: Sweep, storage: str, study_name: str, n_jobs: int, options: dict[str, Any]
 ) -> None:
-    """``n_jobs`` worker processes share ``job.trials`` trials of the study."""
-    import jaxrl
-    from jaxrl.config import config_to_dict
-
-    payload = {
-        "agent": job.agent_name,
-        "train": config_to_dict(job.train_cfg),
-        "agent_config": config_to_dict(job.agent_cfg),
-        "search": {name: p.spec() for name, p in job.search.items()},
-        "out_root": job.out_root,
-        "storage": storage,
-        "study_name": study_name,
-        "seed": job.seed,
-        "options": options,
-    }
-    # The workers import the jaxrl this process runs (a checkout may shadow an installed one).
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(jaxrl.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    procs = []
+    """``n_jobs`` worker processes (``jaxrl.tune.workers``) share ``job.trials`` trials."""
+    jobs = []
     for worker in range(n_jobs):
         share = job.trials // n_jobs + (worker < job.trials % n_jobs)
-        if share == 0:
-            continue
-        args = json.dumps({**payload, "trials": share, "worker": worker})
-        code = (
-            "import sys; from jaxrl.tune.optuna_search import _optuna_worker; "
-            "_optuna_worker(sys.argv[1])"
-        )
-        procs.append(subprocess.Popen([sys.executable, "-c", code, args], env=env))
-    try:
-        codes = [p.wait() for p in procs]
-    except KeyboardInterrupt:  # the workers got the same Ctrl-C: let them save and stop
-        codes = [p.wait() for p in procs]
-        raise
-    if any(codes):
-        raise RuntimeError(f"Optuna worker processes exited with codes {codes}; see their output.")
-
-
-def _optuna_worker(job_json: str) -> None:
-    """Entry point of an ``n_jobs`` worker process (``_run_workers``)."""
-    from jaxrl import registry
-    from jaxrl.loops.config import TrainConfig
-
-    job = json.loads(job_json)
-    spec = registry.get(job["agent"])
-    train_cfg = TrainConfig(
-        **{k: tuple(v) if isinstance(v, list) else v for k, v in job["train"].items()}
-    )
-    agent_cfg = spec.make_config(**job["agent_config"])
-    specs = [f"{k}={v}" for k, v in job["search"].items()]
-    search = parse_search(specs, spec.config, base=agent_cfg)
-    sweep = Sweep(
-        job["agent"], train_cfg, agent_cfg, search, job["trials"], job["out_root"], job["seed"]
-    )
-    try:
-        _optimize(sweep, job["storage"], job["study_name"], job["worker"], job["options"])
-    except KeyboardInterrupt:
-        pass
+        if share:
+            sweep = dataclasses.replace(job, trials=share)
+            jobs.append(OptunaJob(sweep, storage, study_name, worker, options))
+    worker_pool.run_pool(optuna_worker, jobs, len(jobs))
 
 
 def _optuna_summary(job: Sweep, storage: str, study_name: str) -> dict[str, Any]:
@@ -337,4 +321,4 @@ def _from_optuna(value: Any) -> Any:
     return value
 
 
-__all__ = ["optuna_sweep"]
+__all__ = ["OptunaJob", "optuna_sweep", "optuna_worker"]

@@ -13,6 +13,7 @@ import shutil
 from contextlib import closing
 from typing import Any
 
+from jaxrl.errors import ConfigError
 from jaxrl.tune.space import SETTINGS_KEYS, apply_settings
 
 
@@ -148,7 +149,7 @@ def transplant(
 
     ckpt = Checkpointer(os.path.join(out, "checkpoints"))
     if ckpt.latest_step() is not None:
-        raise ValueError(f"{out} already holds a checkpoint; transplant into a new directory.")
+        raise ConfigError(f"{out} already holds a checkpoint; transplant into a new directory.")
     spec = registry.get(agent_name)
     run = load_run(src)
     env_id = run.config["env"]
@@ -192,11 +193,11 @@ def check_pbt_search(agent_name: str, train_cfg: Any, agent_cfg: Any, search: di
     from jaxrl.envs.jax_envs import is_jax_env
 
     if train_cfg.dataset:
-        raise ValueError(
+        raise ConfigError(
             "PBT restarts online runs only; with --dataset use --scheduler asha or fifo."
         )
     if "buffer_size" in search:
-        raise ValueError(
+        raise ConfigError(
             "PBT cannot mutate buffer_size (it shapes the replay buffer a restarted trial "
             "inherits); search it with --scheduler asha or fifo."
         )
@@ -217,7 +218,7 @@ def check_pbt_search(agent_name: str, train_cfg: Any, agent_cfg: Any, search: di
                 for (path, a), (_, b) in zip(flat[0], ref[0], strict=True)
             )
             if not same:
-                raise ValueError(
+                raise ConfigError(
                     f"PBT cannot mutate {name}: its values change the agent's arrays or initial "
                     "learned values, which a restarted trial inherits from its donor. Search it "
                     "with --scheduler asha or fifo, or fix it for the PBT sweep."

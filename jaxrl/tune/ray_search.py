@@ -1,7 +1,6 @@
 """Ray Tune backend of ``jaxrl sweep`` (``ray_sweep``).
 
-FIFO, ASHA or PBT over function trainables that run ``jaxrl.cli.app.train`` (see
-``jaxrl.tune``); PBT's checkpoint transplant is in ``jaxrl.tune.pbt``.
+FIFO, ASHA or PBT over trainables that run ``jaxrl.run.train`` (see ``jaxrl.tune``).
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ import tempfile
 import warnings
 from typing import Any
 
+from jaxrl.errors import ConfigError, require
 from jaxrl.tune.pbt import _pack_run, _restore_packed, check_pbt_search
 from jaxrl.tune.space import (
     Diverged,
@@ -22,7 +22,6 @@ from jaxrl.tune.space import (
     _budget,
     _check_sweep,
     _eval_failure,
-    _require,
     _write_best,
     apply_settings,
 )
@@ -49,7 +48,7 @@ def ray_sweep(
 ) -> dict[str, Any]:
     """Search ``search`` with Ray Tune, maximizing the evaluation return.
 
-    Each trial is a function trainable that runs ``jaxrl.cli.app.train`` in its Ray worker process
+    Each trial is a function trainable that runs ``jaxrl.run.train`` in its Ray worker process
     into ``out_root/trial-<trial id>`` and reports every evaluation with ``tune.report`` (keys
     ``eval_return``, ``step``, ``nonfinite``, ``run_dir``). The first configurations are drawn at
     random (seeded by ``seed``) from the search; the trials' training seed is ``train_cfg.seed``.
@@ -132,13 +131,13 @@ def ray_sweep(
     import jaxrl
     from jaxrl import registry
 
-    _require("ray.tune")
+    require("ray.tune", "sweep")
     import ray
     from ray import tune
 
     _check_sweep(train_cfg, search, trials)
     if scheduler not in ("fifo", "asha", "pbt"):
-        raise ValueError(f"Unknown scheduler {scheduler!r}; use 'fifo', 'asha' or 'pbt'.")
+        raise ConfigError(f"Unknown scheduler {scheduler!r}; use 'fifo', 'asha' or 'pbt'.")
     spec = registry.get(agent_name)
     out_root = os.path.abspath(out_root)
     os.makedirs(out_root, exist_ok=True)
@@ -147,12 +146,12 @@ def ray_sweep(
     job = Sweep(agent_name, train_cfg, agent_cfg, search, trials, out_root, seed)
     if scheduler == "pbt":
         if train_cfg.dataset:
-            raise ValueError(
+            raise ConfigError(
                 "PBT restarts online runs only; with --dataset use --scheduler asha or fifo."
             )
         perturbation_interval = perturbation_interval or train_cfg.eval_every
         if perturbation_interval % train_cfg.eval_every:
-            raise ValueError(
+            raise ConfigError(
                 f"perturbation_interval ({perturbation_interval}) must be a multiple of "
                 f"--eval-every ({train_cfg.eval_every}): trials report at evaluations."
             )

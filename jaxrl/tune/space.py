@@ -15,6 +15,8 @@ import math
 import os
 from typing import Any
 
+from jaxrl.errors import ConfigError
+
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice")
 """Distributions ``parse_search`` accepts."""
 
@@ -70,7 +72,7 @@ def _number(name: str, text: str, integer: bool) -> float:
         return int(text) if integer else float(text)
     except ValueError:
         kind = "an integer" if integer else "a number"
-        raise ValueError(f"Search {name}: {text!r} is not {kind}.") from None
+        raise ConfigError(f"Search {name}: {text!r} is not {kind}.") from None
 
 
 def parse_search(specs: list[str], config_cls: Any, *, base: Any = None) -> dict[str, Param]:
@@ -102,26 +104,26 @@ def parse_search(specs: list[str], config_cls: Any, *, base: Any = None) -> dict
         kind, colon, args = rest.partition(":")
         name, kind = name.strip(), kind.strip()
         if not (eq and colon and name):
-            raise ValueError(
+            raise ConfigError(
                 f"Search {spec!r} is not FIELD=DIST:ARGS; e.g. actor_lr=loguniform:1e-5:1e-3, "
                 "tau=uniform:0.001:0.02, batch_size=int:64:512, n_step=choice:1,3,5."
             )
         if name not in fields:
-            raise ValueError(
+            raise ConfigError(
                 f"Search {spec!r}: {config_cls.__name__} has no field {name!r}; known fields: "
                 f"{', '.join(fields)}."
             )
         if name in search:
-            raise ValueError(f"Search: {name!r} is given twice; keep one spec per field.")
+            raise ConfigError(f"Search: {name!r} is given twice; keep one spec per field.")
         if kind not in DISTRIBUTIONS:
-            raise ValueError(
+            raise ConfigError(
                 f"Search {spec!r}: unknown distribution {kind!r}; use one of "
                 f"{', '.join(DISTRIBUTIONS)} (e.g. {name}=uniform:LOW:HIGH)."
             )
         if kind == "choice":
             items = [a.strip() for a in args.split(",") if a.strip()]
             if not items:
-                raise ValueError(
+                raise ConfigError(
                     f"Search {spec!r}: the choice is empty; list values, e.g. {name}=choice:1,3,5."
                 )
             choices = tuple(
@@ -133,15 +135,15 @@ def parse_search(specs: list[str], config_cls: Any, *, base: Any = None) -> dict
         else:
             parts = args.split(":")
             if len(parts) != 2:
-                raise ValueError(f"Search {spec!r}: write {name}={kind}:LOW:HIGH.")
+                raise ConfigError(f"Search {spec!r}: write {name}={kind}:LOW:HIGH.")
             integer = kind == "int"
             low, high = (_number(name, p.strip(), integer) for p in parts)
             if low >= high:
-                raise ValueError(
+                raise ConfigError(
                     f"Search {spec!r}: LOW ({low}) must be below HIGH ({high}); swap or widen them."
                 )
             if kind == "loguniform" and low <= 0:
-                raise ValueError(
+                raise ConfigError(
                     f"Search {spec!r}: loguniform needs LOW > 0 (got {low}); use uniform for a "
                     "range that includes 0, or a positive LOW such as 1e-6."
                 )
@@ -149,7 +151,7 @@ def parse_search(specs: list[str], config_cls: Any, *, base: Any = None) -> dict
             if not isinstance(annotation, str):
                 annotation = getattr(annotation, "__name__", str(annotation))
             if not integer and annotation.split("|")[0].strip() == "int":
-                raise ValueError(
+                raise ConfigError(
                     f"Search {spec!r}: {name} is an integer field; use {name}=int:LOW:HIGH "
                     "or a choice."
                 )
@@ -159,7 +161,7 @@ def parse_search(specs: list[str], config_cls: Any, *, base: Any = None) -> dict
             try:
                 dataclasses.replace(config_cls() if base is None else base, **{name: value})
             except (TypeError, ValueError) as err:
-                raise ValueError(
+                raise ConfigError(
                     f"Search {spec!r}: {name}={value!r} is not accepted: {err}"
                 ) from None
         search[name] = param
@@ -209,11 +211,11 @@ def _absolute(train_cfg: Any) -> Any:
 
 def _check_sweep(train_cfg: Any, search: dict[str, Param], trials: int) -> None:
     if not search:
-        raise ValueError("The search is empty; give at least one FIELD=DIST:ARGS.")
+        raise ConfigError("The search is empty; give at least one FIELD=DIST:ARGS.")
     if trials < 1:
-        raise ValueError(f"trials must be at least 1, got {trials}.")
+        raise ConfigError(f"trials must be at least 1, got {trials}.")
     if train_cfg.num_seeds != 1:
-        raise ValueError(
+        raise ConfigError(
             "--num-seeds trains several seeds in one run; a sweep's trials are single runs. "
             "Drop --num-seeds (repeat the sweep with another --seed to compare seeds)."
         )
@@ -251,17 +253,6 @@ def _write_best(out_root: str, run_dir: str | None, fallback: dict[str, Any], sw
     path = os.path.join(out_root, "best_config.json")
     write_json(path, {**config, "sweep": sweep})
     return path
-
-
-def _require(module: str) -> Any:
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise ValueError(
-            f"Sweeps with {module.split('.')[0]} need the sweep extra: pip install 'jaxrl[sweep]'."
-        ) from None
 
 
 __all__ = [

@@ -1,0 +1,30 @@
+"""``jaxrl eval DIR [--episodes N]``: print one JSON line with the evaluation return."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Annotated
+
+import tyro
+
+from jaxrl.cli.common import guard, parse
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalArgs:
+    """The options of ``jaxrl eval``."""
+
+    run_dir: Annotated[str, tyro.conf.Positional]
+    """the run directory whose newest checkpoint is evaluated"""
+    episodes: int | None = None
+    """evaluation episodes (default: the run's --eval-episodes)"""
+
+
+def run(argv: list[str]) -> None:
+    """Parse ``argv``, evaluate the run and print the result as one JSON line."""
+    from jaxrl.run.commands import evaluate_run
+
+    description = "Evaluate the deterministic policy of a run directory's newest checkpoint."
+    a = parse(EvalArgs, argv, "jaxrl eval", description)
+    print(json.dumps(guard(lambda: evaluate_run(a.run_dir, a.episodes))))

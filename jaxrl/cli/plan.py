@@ -1,0 +1,34 @@
+"""``jaxrl plan --env ENV``: MPPI/CEM with the true simulator as model; prints one line."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any
+
+import tyro
+
+from jaxrl.cli.common import guard, parse
+
+
+def run(argv: list[str]) -> dict[str, Any]:
+    """Parse the run and planner options (tyro), plan and print one line."""
+    from jaxrl.loops.plan import PlanRunConfig, plan_run
+    from jaxrl.planners import PlannerConfig
+
+    omit = tyro.conf.OmitArgPrefixes
+    args_cls = dataclasses.make_dataclass(
+        "PlanArgs",
+        [
+            ("run", Annotated[PlanRunConfig, omit]),
+            ("planner", Annotated[PlannerConfig, omit], dataclasses.field(default=PlannerConfig())),
+        ],
+    )
+    description = "Plan with MPPI or CEM using the true simulator as model (JAX envs)."
+    args = parse(args_cls, argv, "jaxrl plan", description)
+    summary = guard(lambda: plan_run(args.run, args.planner))
+    print(
+        f"return {summary['final_eval_return_mean']:.2f} +/- {summary['final_eval_return_std']:.2f}"
+        f" over {summary['episodes']} episode(s); planning latency per action: median "
+        f"{summary['plan_latency_ms_median']:.2f} ms, p90 {summary['plan_latency_ms_p90']:.2f} ms"
+    )
+    return summary
