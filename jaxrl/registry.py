@@ -2,12 +2,14 @@
 
 The command line, the loops, fine-tuning, run directories and the scripts dispatch on an
 ``AgentSpec``; they never probe an agent object for capabilities or branch on an agent's name.
-A new agent is one file plus one ``register`` line at the bottom of this module.
+A new agent is one file plus one line at the bottom of this module (``_builtin`` for the agents
+shipped with jaxrl, ``register(AgentSpec(...))`` for an agent defined elsewhere).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -126,7 +128,7 @@ class AgentSpec:
             return config
         field = self.actor_obs_field
         if field is None:
-            able = [s.name for s in REGISTRY.values() if s.actor_obs_field is not None]
+            able = [n for n in names() if get(n).actor_obs_field is not None]
             raise ConfigError(
                 f"{self.name} cannot train on an env with privileged=true: its actor would read "
                 f"the critic's privileged features. Use one of {', '.join(able)}, or drop "
@@ -147,78 +149,89 @@ class AgentSpec:
 
 
 REGISTRY: dict[str, AgentSpec] = {}
+"""The entries built so far, by name (a built-in agent's entry is built when first asked for)."""
+
+_KINDS: dict[str, str] = {}  # every agent's kind, in registration order
+_BUILTIN: dict[str, tuple[str, dict[str, Any]]] = {}  # not imported yet: "module:Agent:Config"
 
 
 def register(spec: AgentSpec) -> AgentSpec:
     """Add ``spec`` to the registry (a name may be registered once)."""
-    if spec.name in REGISTRY:
-        raise ValueError(f"Agent {spec.name!r} is registered twice.")
+    if spec.name in _KINDS:
+        raise ConfigError(f"Agent {spec.name!r} is registered twice.")
+    _KINDS[spec.name] = spec.kind
     REGISTRY[spec.name] = spec
     return spec
+
+
+def _builtin(name: str, kind: Kind, where: str, **options: Any) -> None:
+    """Name a built-in agent and what the loops must supply to it (``AgentSpec`` fields).
+
+    ``where`` is ``"module:Agent:Config"`` under ``jaxrl``. The module is imported when the entry
+    is first asked for (``get``), so listing the agents (``jaxrl --help``) imports none of them.
+    """
+    _KINDS[name] = kind
+    _BUILTIN[name] = (where, options)
 
 
 def get(name: str) -> AgentSpec:
     """The entry of agent ``name``.
 
     Raises:
-        ValueError: an unknown name, listing the known ones.
+        ConfigError: an unknown name, listing the known ones.
     """
+    if name in _BUILTIN:
+        where, options = _BUILTIN.pop(name)
+        module_name, agent, config = where.split(":")
+        module = importlib.import_module(f"jaxrl.{module_name}")
+        if "env_defaults" in options:  # a function of the agent's module, named
+            options = {**options, "env_defaults": vars(module)[options["env_defaults"]]}
+        spec = AgentSpec(name, vars(module)[agent], vars(module)[config], _KINDS[name], **options)
+        REGISTRY[name] = spec
     if name not in REGISTRY:
-        raise ConfigError(f"Unknown agent {name!r}; choose one of: {', '.join(REGISTRY)}.")
+        raise ConfigError(f"Unknown agent {name!r}; choose one of: {', '.join(_KINDS)}.")
     return REGISTRY[name]
 
 
 def names(*kinds: str) -> list[str]:
-    """Registered agent names, in registration order; only those of ``kinds`` when given."""
-    return [n for n, s in REGISTRY.items() if not kinds or s.kind in kinds]
+    """Registered agent names, in registration order; only those of ``kinds`` when given.
+
+    Imports no agent: the built-in agents' kinds are known without their modules.
+    """
+    return [n for n, kind in _KINDS.items() if not kinds or kind in kinds]
 
 
-def _register_builtin() -> None:
-    from jaxrl.agents.pets import PETS, PETSConfig
-    from jaxrl.agents.ppo import PPO, PPOConfig
-    from jaxrl.agents.sac import SAC, RLPDConfig, SACConfig
-    from jaxrl.agents.td3 import TD3, TD3Config
-    from jaxrl.agents.tdmpc2 import TDMPC2, TDMPC2Config, tdmpc2_env_defaults
-    from jaxrl.offline.bc import BC, BCConfig
-    from jaxrl.offline.cql import CQL, CalQLConfig, CQLConfig
-    from jaxrl.offline.diffusion_ql import DiffusionQL, DiffusionQLConfig
-    from jaxrl.offline.fql import FQL, FQLConfig
-    from jaxrl.offline.idql import IDQL, IDQLConfig
-    from jaxrl.offline.iql import IQL, IQLConfig
-    from jaxrl.offline.td3_bc import TD3BC, ReBRAC, ReBRACConfig, TD3BCConfig
-
-    offline = {"kind": "offline", "data_norm": True}
-    asymmetric = {"actor_obs_field": "actor_observation_size"}
-    for spec in (
-        AgentSpec("sac", SAC, SACConfig, "off-policy", **asymmetric),
-        AgentSpec("td3", TD3, TD3Config, "off-policy", **asymmetric),
-        AgentSpec("ppo", PPO, PPOConfig, "on-policy", env_obs_norm=True, **asymmetric),
-        AgentSpec("rlpd", SAC, RLPDConfig, "off-policy", **asymmetric),
-        AgentSpec("bc", BC, BCConfig, **offline),
-        AgentSpec("td3-bc", TD3BC, TD3BCConfig, **offline),
-        AgentSpec("cql", CQL, CQLConfig, **offline),
-        AgentSpec("cal-ql", CQL, CalQLConfig, needs_mc_return=True, **offline),
-        AgentSpec("iql", IQL, IQLConfig, horizon_field="max_steps", **offline),
-        AgentSpec("rebrac", ReBRAC, ReBRACConfig, needs_next_action=True, **offline),
-        AgentSpec("idql", IDQL, IDQLConfig, horizon_field="max_steps", **offline),
-        AgentSpec(
-            "diffusion-ql", DiffusionQL, DiffusionQLConfig, horizon_field="max_steps", **offline
-        ),
-        AgentSpec("fql", FQL, FQLConfig, **offline),
-        AgentSpec(
-            "tdmpc2",
-            TDMPC2,
-            TDMPC2Config,
-            "planner",
-            sequence_field="horizon",
-            burst_at_start=True,
-            env_defaults=tdmpc2_env_defaults,
-        ),
-        AgentSpec("pets", PETS, PETSConfig, "planner"),
-    ):
-        register(spec)
-
-
-_register_builtin()
+_offline: dict[str, Any] = {"data_norm": True}
+_asymmetric: dict[str, Any] = {"actor_obs_field": "actor_observation_size"}
+_builtin("sac", "off-policy", "agents.sac:SAC:SACConfig", **_asymmetric)
+_builtin("td3", "off-policy", "agents.td3:TD3:TD3Config", **_asymmetric)
+_builtin("ppo", "on-policy", "agents.ppo:PPO:PPOConfig", env_obs_norm=True, **_asymmetric)
+_builtin("rlpd", "off-policy", "agents.sac:SAC:RLPDConfig", **_asymmetric)
+_builtin("bc", "offline", "offline.bc:BC:BCConfig", **_offline)
+_builtin("td3-bc", "offline", "offline.td3_bc:TD3BC:TD3BCConfig", **_offline)
+_builtin("cql", "offline", "offline.cql:CQL:CQLConfig", **_offline)
+_builtin("cal-ql", "offline", "offline.cql:CQL:CalQLConfig", needs_mc_return=True, **_offline)
+_builtin("iql", "offline", "offline.iql:IQL:IQLConfig", horizon_field="max_steps", **_offline)
+_builtin(
+    "rebrac", "offline", "offline.td3_bc:ReBRAC:ReBRACConfig", needs_next_action=True, **_offline
+)
+_builtin("idql", "offline", "offline.idql:IDQL:IDQLConfig", horizon_field="max_steps", **_offline)
+_builtin(
+    "diffusion-ql",
+    "offline",
+    "offline.diffusion_ql:DiffusionQL:DiffusionQLConfig",
+    horizon_field="max_steps",
+    **_offline,
+)
+_builtin("fql", "offline", "offline.fql:FQL:FQLConfig", **_offline)
+_builtin(
+    "tdmpc2",
+    "planner",
+    "agents.tdmpc2:TDMPC2:TDMPC2Config",
+    sequence_field="horizon",
+    burst_at_start=True,
+    env_defaults="tdmpc2_env_defaults",
+)
+_builtin("pets", "planner", "agents.pets:PETS:PETSConfig")
 
 __all__ = ["AgentSpec", "KINDS", "Kind", "REGISTRY", "get", "names", "register"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from jaxrl.cli.common import AGENTS, EXIT_DIVERGED, EXIT_STOPPED, usage
+from jaxrl.cli.common import EXIT_DIVERGED, EXIT_STOPPED, usage
 from jaxrl.cli.train import parse_train_args
 
 COMMANDS = ("train", "finetune", "eval", "dataset", "sweep", "plot", "plan", "export")
@@ -31,7 +31,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 __all__ = [
-    "AGENTS",
     "COMMANDS",
     "EXIT_DIVERGED",
     "EXIT_STOPPED",

@@ -42,16 +42,11 @@ agents: {agents}
 """
 
 
-AGENTS = (
-    "sac", "td3", "ppo", "rlpd", "bc", "td3-bc", "cql", "cal-ql", "iql", "rebrac", "idql",
-    "diffusion-ql", "fql", "tdmpc2", "pets",
-)  # fmt: skip
-"""The built-in agents, named without importing them (``jaxrl.registry.names()``)."""
-
-
 def usage() -> str:
     """The text of ``jaxrl --help``: the commands and the built-in agents (imports no agent)."""
-    return USAGE.format(agents=", ".join(AGENTS))
+    from jaxrl import registry  # names its agents without importing them
+
+    return USAGE.format(agents=", ".join(registry.names()))
 
 
 def parse(cls: type[T], argv: Sequence[str], prog: str, description: str) -> T:
@@ -112,7 +107,6 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 
 __all__ = [
-    "AGENTS",
     "EXIT_DIVERGED",
     "EXIT_STOPPED",
     "USAGE",
