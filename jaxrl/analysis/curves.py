@@ -26,14 +26,14 @@ from jaxrl.analysis.runs import (
 from jaxrl.analysis.runs import (
     Group,
     Run,
-    _same_task,
-    _title,
     config_key,
     final_scores,
     find_runs,
     group_runs,
     load_run,
     markdown_table,
+    run_title,
+    same_task,
 )
 from jaxrl.analysis.stats import bootstrap_ci, iqm
 from jaxrl.errors import ConfigError
@@ -160,7 +160,7 @@ def plot_runs(
     png, md, js = output_paths(out)
     for path in (png, md, js):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    title = _title(runs[0].config) if len(groups) > 1 and _same_task(runs) else ""
+    title = run_title(runs[0].config) if len(groups) > 1 and same_task(runs) else ""
     plot_groups(groups, curves, png, title)
     table = markdown_table(rows)
     with open(md, "w") as f:

@@ -203,7 +203,7 @@ def group_runs(runs: Sequence[Run]) -> list[Group]:
     flats = [dict(k) for k in keyed]
     members = list(keyed.values())
     if len(flats) == 1:
-        return [Group(_title(members[0][0].config) or members[0][0].path, {}, tuple(members[0]))]
+        return [Group(run_title(members[0][0].config) or members[0][0].path, {}, tuple(members[0]))]
     names = sorted({k for f in flats for k in f}, key=_field_order)
     differing = [
         k for k in names if len({json.dumps(f[k], sort_keys=True) for f in flats if k in f}) > 1
@@ -216,7 +216,7 @@ def group_runs(runs: Sequence[Run]) -> list[Group]:
             label = flat["run"]
         else:
             label = " ".join(f"{name}={_fmt_value(v)}" for name, v in fields.items())
-            label = label or _title(rs[0].config) or rs[0].path
+            label = label or run_title(rs[0].config) or rs[0].path
         groups.append(Group(label, fields, tuple(rs)))
     return _dedupe_labels(groups)
 
@@ -253,7 +253,8 @@ def _dedupe_labels(groups: list[Group]) -> list[Group]:
     return out
 
 
-def _title(config: dict[str, Any]) -> str:
+def run_title(config: dict[str, Any]) -> str:
+    """``"AGENT on ENV"`` (or the dataset) for a run's ``config.json``, as plots title it."""
     agent, env = config.get("agent"), config.get("env") or config.get("dataset")
     return f"{agent} on {env}" if agent and env else (agent or env or "")
 
@@ -306,13 +307,14 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _same_task(runs: Sequence[Run]) -> bool:
-    return len({_title(r.config) for r in runs}) == 1
+def same_task(runs: Sequence[Run]) -> bool:
+    """True when every run trained the same agent on the same env or dataset."""
+    return len({run_title(r.config) for r in runs}) == 1
 
 
 __all__ = [
-    "PER_RUN_KEYS",
     "Group",
+    "PER_RUN_KEYS",
     "Run",
     "config_key",
     "final_scores",
@@ -320,4 +322,6 @@ __all__ = [
     "group_runs",
     "load_run",
     "markdown_table",
+    "run_title",
+    "same_task",
 ]

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl.export.onnx_graph import _require_onnx
+from jaxrl.export.onnx_graph import require_onnx
 from jaxrl.registry import AgentSpec
 
 FORMATS = ("onnx", "numpy", "jax")
@@ -76,7 +76,7 @@ class PolicySource:
         return int(np.size(self.action_high))
 
 
-def _obs_normalizer(src: PolicySource) -> tuple[np.ndarray, np.ndarray, float | None] | None:
+def obs_normalizer(src: PolicySource) -> tuple[np.ndarray, np.ndarray, float | None] | None:
     """(mean, std, clip) of the observation normalizer folded into the policy, or None."""
     if src.obs_stats is not None:
         mean = np.asarray(src.obs_stats.mean, np.float32)
@@ -103,10 +103,15 @@ def contract_path(path: str) -> str:
     return path + CONTRACT_SUFFIX
 
 
-def _contract(src: PolicySource, fmt: str, path: str) -> dict[str, Any]:
+def contract_of(src: PolicySource, fmt: str, path: str) -> dict[str, Any]:
+    """The contract of the artifact at ``path``.
+
+    Its source run, observation and action layout, bounds and scaling, normalizer, control
+    rate and the artifact's hash.
+    """
     import jaxrl
 
-    norm = _obs_normalizer(src)
+    norm = obs_normalizer(src)
     low = np.asarray(src.action_low, np.float32)
     high = np.asarray(src.action_high, np.float32)
     normalizer = None
@@ -165,10 +170,10 @@ def _contract(src: PolicySource, fmt: str, path: str) -> dict[str, Any]:
     }
 
 
-def _runner(fmt: str, path: str) -> Callable[[np.ndarray], np.ndarray]:
+def artifact_runner(fmt: str, path: str) -> Callable[[np.ndarray], np.ndarray]:
     """``obs [b, D] -> actions`` running the artifact at ``path`` (no contract check)."""
     if fmt == "onnx":
-        _require_onnx()
+        require_onnx()
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -262,9 +267,9 @@ def load_policy(path: str, obs_size: int | None = None) -> LoadedPolicy:
             f"exported for env {contract.get('env')!r}. Export the policy of a run on your env."
         )
     if fmt == "onnx":
-        _require_onnx()
+        require_onnx()
     try:
-        fn = _runner(fmt, path)
+        fn = artifact_runner(fmt, path)
     except Exception as err:  # each runtime has its own parse errors
         raise ValueError(f"{path} cannot be read as a {fmt} policy ({err}).") from None
     return LoadedPolicy(contract, fn)
@@ -277,6 +282,9 @@ __all__ = [
     "LoadedPolicy",
     "PolicySource",
     "RUNTIME_FILE",
+    "artifact_runner",
+    "contract_of",
     "contract_path",
     "load_policy",
+    "obs_normalizer",
 ]

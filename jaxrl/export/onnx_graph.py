@@ -325,10 +325,15 @@ def _scalar_const(inits: list, fresh: Any, value: float, dtype: str) -> str:
     return name
 
 
-def _require_onnx() -> None:
+def require_onnx() -> None:
     """Import onnx and onnxruntime, or raise ``MissingExtraError`` naming the export extra."""
     require("onnx", "export")
     require("onnxruntime", "export")
 
 
-__all__ = ["ONNX_OPSET", "to_onnx", "to_program"]
+__all__ = [
+    "ONNX_OPSET",
+    "require_onnx",
+    "to_onnx",
+    "to_program",
+]

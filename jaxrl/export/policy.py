@@ -37,13 +37,13 @@ from jaxrl.export.contract import (
     RUNTIME_FILE,
     LoadedPolicy,
     PolicySource,
-    _contract,
-    _obs_normalizer,
-    _runner,
+    artifact_runner,
+    contract_of,
     contract_path,
     load_policy,
+    obs_normalizer,
 )
-from jaxrl.export.onnx_graph import _require_onnx, to_onnx, to_program
+from jaxrl.export.onnx_graph import require_onnx, to_onnx, to_program
 
 SUFFIX = {"onnx": ".onnx", "numpy": ".npz", "jax": ".jaxexport"}
 RNG_PRIMITIVES = frozenset(
@@ -153,7 +153,7 @@ def export_policy(src: PolicySource, fmt: str, out: str) -> str:
     else:
         program, consts = to_program(closed)
     if fmt == "onnx":
-        _require_onnx()
+        require_onnx()
         data = to_onnx(program, consts, src.action_size)
     tmp = out + ".tmp"
     if fmt == "numpy":
@@ -166,13 +166,13 @@ def export_policy(src: PolicySource, fmt: str, out: str) -> str:
         with open(tmp, "wb") as f:
             f.write(data)
     try:
-        _check(src, _runner(fmt, tmp), fmt)
+        _check(src, artifact_runner(fmt, tmp), fmt)
     except BaseException:
         os.remove(tmp)
         raise
     os.replace(tmp, out)
     with open(contract_path(out), "w") as f:
-        json.dump(_contract(src, fmt, out), f, indent=2, default=str)
+        json.dump(contract_of(src, fmt, out), f, indent=2, default=str)
     return out
 
 
@@ -180,7 +180,7 @@ def _check(src: PolicySource, run: Callable[[np.ndarray], np.ndarray], fmt: str)
     """The artifact reproduces the JAX policy on random observations (around the normalizer)."""
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(64, src.obs_size)).astype(np.float32)
-    norm = _obs_normalizer(src)
+    norm = obs_normalizer(src)
     if norm is not None:
         obs = (norm[0] + obs * norm[1]).astype(np.float32)
     want = np.asarray(jax.jit(policy_function(src))(obs))

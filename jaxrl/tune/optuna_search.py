@@ -17,14 +17,14 @@ from jaxrl.tune.space import (
     Diverged,
     Param,
     Sweep,
-    _absolute,
-    _budget,
-    _check_sweep,
-    _eval_failure,
-    _literal,
-    _text,
-    _write_best,
+    absolute_dataset,
     apply_settings,
+    check_sweep,
+    eval_failure,
+    last_eval_step,
+    literal_value,
+    setting_text,
+    write_best,
 )
 
 
@@ -100,7 +100,7 @@ def optuna_sweep(
             ``--num-seeds``, or optuna not installed.
     """
     optuna: Any = require("optuna", "sweep")
-    _check_sweep(train_cfg, search, trials)
+    check_sweep(train_cfg, search, trials)
     if n_jobs < 1:
         raise ConfigError(f"n_jobs must be at least 1, got {n_jobs}.")
     if sampler not in ("tpe", "random"):
@@ -111,7 +111,7 @@ def optuna_sweep(
     os.makedirs(out_root, exist_ok=True)
     storage = storage or f"sqlite:///{os.path.join(out_root, 'sweep.db')}"
     study_name = study_name or f"{agent_name}-{train_cfg.env.replace(':', '_')}"
-    job = Sweep(agent_name, _absolute(train_cfg), agent_cfg, search, trials, out_root, seed)
+    job = Sweep(agent_name, absolute_dataset(train_cfg), agent_cfg, search, trials, out_root, seed)
     options = {"sampler": sampler, "pruner": pruner, "n_startup_trials": n_startup_trials}
     # Created here first, so that parallel workers only ever load it.
     optuna.create_study(
@@ -154,7 +154,7 @@ def _optimize(
         )
     else:
         study.sampler = optuna.samplers.RandomSampler(seed=sampler_seed)
-    budget = _budget(registry.get(agent_name), train_cfg)
+    budget = last_eval_step(registry.get(agent_name), train_cfg)
     if options["pruner"] == "median":
         study.pruner = optuna.pruners.MedianPruner(
             n_startup_trials=n_start, n_warmup_steps=budget // 3
@@ -178,7 +178,7 @@ def _optimize(
             raise _Rejected(str(err)) from err
 
         def report(o: str, step: int, eval_return: float, nonfinite: int) -> None:
-            failure = _eval_failure(o, step, eval_return, nonfinite)
+            failure = eval_failure(o, step, eval_return, nonfinite)
             if failure:
                 trial.set_user_attr("fail_reason", failure)
                 raise Diverged(failure)
@@ -219,7 +219,10 @@ def _suggest(trial: Any, name: str, p: Param) -> Any:
     if all(c is None or isinstance(c, bool | int | float | str) for c in p.choices):
         return trial.suggest_categorical(name, list(p.choices))
     # Optuna stores only scalars: tuples are suggested by their text and mapped back.
-    texts = [" ".join(map(_text, c)) if isinstance(c, tuple) else _text(c) for c in p.choices]
+    texts = [
+        " ".join(map(setting_text, c)) if isinstance(c, tuple) else setting_text(c)
+        for c in p.choices
+    ]
     return p.choices[texts.index(trial.suggest_categorical(name, texts))]
 
 
@@ -309,7 +312,7 @@ def _optuna_summary(job: Sweep, storage: str, study_name: str) -> dict[str, Any]
         "best_params": params,
         "best_trial": best.number,
         "best_run_dir": run_dir,
-        "best_config": _write_best(job.out_root, run_dir, fallback, sweep),
+        "best_config": write_best(job.out_root, run_dir, fallback, sweep),
     }
     return summary
 
@@ -317,7 +320,7 @@ def _optuna_summary(job: Sweep, storage: str, study_name: str) -> dict[str, Any]
 def _from_optuna(value: Any) -> Any:
     """A stored categorical text of a tuple back as the tuple (``_suggest``)."""
     if isinstance(value, str) and " " in value:
-        return tuple(_literal(x) for x in value.split())
+        return tuple(literal_value(x) for x in value.split())
     return value
 
 

@@ -17,7 +17,7 @@ from jaxrl.errors import ConfigError
 from jaxrl.tune.space import SETTINGS_KEYS, apply_settings
 
 
-def _pack_run(run_dir: str, dest: str) -> None:
+def pack_run(run_dir: str, dest: str) -> None:
     """Copy ``run_dir``'s newest checkpoint, ``config.json`` and ``metrics.csv`` to ``dest``."""
     from jaxrl.loops.checkpoint import Checkpointer
 
@@ -31,10 +31,10 @@ def _pack_run(run_dir: str, dest: str) -> None:
         json.dump({"run_dir": run_dir, "step": step}, f)
 
 
-def _restore_packed(
+def restore_packed(
     packed: str, trial_out: str, agent_name: str, agent_cfg: Any, budget: int
 ) -> tuple[str, dict[str, Any] | None]:
-    """Where a restored trial continues (``_pack_run`` wrote ``packed``); a final report or None.
+    """Where a restored trial continues (``pack_run`` wrote ``packed``); a final report or None.
 
     A trial restarted from its own checkpoint with its own settings continues in that run
     directory (which resumes from its checkpoints). One restarted from another trial's
@@ -225,4 +225,10 @@ def check_pbt_search(agent_name: str, train_cfg: Any, agent_cfg: Any, search: di
                 )
 
 
-__all__ = ["check_pbt_search", "transplant", "with_settings"]
+__all__ = [
+    "check_pbt_search",
+    "pack_run",
+    "restore_packed",
+    "transplant",
+    "with_settings",
+]

@@ -13,17 +13,17 @@ import warnings
 from typing import Any
 
 from jaxrl.errors import ConfigError, require
-from jaxrl.tune.pbt import _pack_run, _restore_packed, check_pbt_search
+from jaxrl.tune.pbt import check_pbt_search, pack_run, restore_packed
 from jaxrl.tune.space import (
     Diverged,
     Param,
     Sweep,
-    _absolute,
-    _budget,
-    _check_sweep,
-    _eval_failure,
-    _write_best,
+    absolute_dataset,
     apply_settings,
+    check_sweep,
+    eval_failure,
+    last_eval_step,
+    write_best,
 )
 
 
@@ -135,14 +135,14 @@ def ray_sweep(
     import ray
     from ray import tune
 
-    _check_sweep(train_cfg, search, trials)
+    check_sweep(train_cfg, search, trials)
     if scheduler not in ("fifo", "asha", "pbt"):
         raise ConfigError(f"Unknown scheduler {scheduler!r}; use 'fifo', 'asha' or 'pbt'.")
     spec = registry.get(agent_name)
     out_root = os.path.abspath(out_root)
     os.makedirs(out_root, exist_ok=True)
-    train_cfg = _absolute(train_cfg)
-    budget = _budget(spec, train_cfg)
+    train_cfg = absolute_dataset(train_cfg)
+    budget = last_eval_step(spec, train_cfg)
     job = Sweep(agent_name, train_cfg, agent_cfg, search, trials, out_root, seed)
     if scheduler == "pbt":
         if train_cfg.dataset:
@@ -308,7 +308,7 @@ def _ray_trial(
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as packed:
-            out, final = _restore_packed(packed, out, job.agent_name, cfg, budget)
+            out, final = restore_packed(packed, out, job.agent_name, cfg, budget)
         if final is not None:
             tune.report(final)
             return
@@ -319,11 +319,11 @@ def _ray_trial(
             tune.report(metrics)
             return
         with tempfile.TemporaryDirectory() as packed:
-            _pack_run(metrics["run_dir"], packed)
+            pack_run(metrics["run_dir"], packed)
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(packed))
 
     def report(run_dir: str, step: int, eval_return: float, nonfinite: int) -> None:
-        failure = _eval_failure(run_dir, step, eval_return, nonfinite)
+        failure = eval_failure(run_dir, step, eval_return, nonfinite)
         if failure:
             raise Diverged(failure)
         metrics = {"eval_return": eval_return, "step": step, "nonfinite": nonfinite}
@@ -392,7 +392,7 @@ def _ray_summary(job: Sweep, results: Any, budget: int) -> dict[str, Any]:
         "best_params": params,
         "best_trial": trial_id,
         "best_run_dir": run_dir,
-        "best_config": _write_best(job.out_root, run_dir, fallback, sweep),
+        "best_config": write_best(job.out_root, run_dir, fallback, sweep),
     }
     return summary
 

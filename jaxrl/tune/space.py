@@ -49,17 +49,19 @@ class Param:
         """The ``DIST:ARGS`` text this parameter was parsed from (``parse_search`` reads it)."""
         if self.kind == "choice":
             items = (
-                " ".join(map(_text, c)) if isinstance(c, tuple) else _text(c) for c in self.choices
+                " ".join(map(setting_text, c)) if isinstance(c, tuple) else setting_text(c)
+                for c in self.choices
             )
             return "choice:" + ",".join(items)
-        return f"{self.kind}:{_text(self.low)}:{_text(self.high)}"
+        return f"{self.kind}:{setting_text(self.low)}:{setting_text(self.high)}"
 
 
-def _text(value: Any) -> str:
+def setting_text(value: Any) -> str:
+    """A setting as a search spec writes it: ``null``/``true``/``false`` as JSON, else ``str``."""
     return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
 
 
-def _literal(text: str) -> Any:
+def literal_value(text: str) -> Any:
     """``"3"`` -> 3, ``"0.5"`` -> 0.5, ``"true"``/``"null"`` -> True/None, else the text."""
     try:
         return json.loads(text)
@@ -127,7 +129,9 @@ def parse_search(specs: list[str], config_cls: Any, *, base: Any = None) -> dict
                     f"Search {spec!r}: the choice is empty; list values, e.g. {name}=choice:1,3,5."
                 )
             choices = tuple(
-                tuple(_literal(x) for x in item.split()) if " " in item else _literal(item)
+                tuple(literal_value(x) for x in item.split())
+                if " " in item
+                else literal_value(item)
                 for item in items
             )
             param = Param(kind, choices=choices)
@@ -181,7 +185,7 @@ class Sweep:
     Attributes:
         agent_name: a registered agent.
         train_cfg: the loop options of every trial (``out`` is replaced per trial; a local
-            ``dataset`` path is already absolute, see ``_absolute``).
+            ``dataset`` path is already absolute, see ``absolute_dataset``).
         agent_cfg: the agent config the searched fields are set on.
         search: ``parse_search`` output.
         trials: trials to run (Optuna: in this process; Ray: the population).
@@ -201,7 +205,7 @@ class Sweep:
 # ------------------------------------------------------------------------------ shared helpers
 
 
-def _absolute(train_cfg: Any) -> Any:
+def absolute_dataset(train_cfg: Any) -> Any:
     """``train_cfg`` with a local ``--dataset`` path made absolute (``minari:ID`` stays)."""
     dataset = train_cfg.dataset
     if dataset and not dataset.startswith("minari:"):
@@ -209,7 +213,8 @@ def _absolute(train_cfg: Any) -> Any:
     return dataclasses.replace(train_cfg, dataset=dataset)
 
 
-def _check_sweep(train_cfg: Any, search: dict[str, Param], trials: int) -> None:
+def check_sweep(train_cfg: Any, search: dict[str, Param], trials: int) -> None:
+    """Refuse an empty search, fewer than one trial, or several seeds per trial (ConfigError)."""
     if not search:
         raise ConfigError("The search is empty; give at least one FIELD=DIST:ARGS.")
     if trials < 1:
@@ -221,7 +226,7 @@ def _check_sweep(train_cfg: Any, search: dict[str, Param], trials: int) -> None:
         )
 
 
-def _budget(spec: Any, train_cfg: Any) -> int:
+def last_eval_step(spec: Any, train_cfg: Any) -> int:
     """The step of a run's last evaluation (the harness numbers offline-then-online steps on)."""
     if not train_cfg.dataset:
         return train_cfg.total_steps
@@ -233,7 +238,7 @@ def _budget(spec: Any, train_cfg: Any) -> int:
     return train_cfg.online_steps or train_cfg.total_steps
 
 
-def _eval_failure(out: str, step: int, eval_return: float, nonfinite: int) -> str | None:
+def eval_failure(out: str, step: int, eval_return: float, nonfinite: int) -> str | None:
     """Why an evaluation means the run diverged, or None."""
     if nonfinite > 0:
         return f"{out}: the agent held NaN values after {nonfinite} updates by step {step}"
@@ -242,7 +247,7 @@ def _eval_failure(out: str, step: int, eval_return: float, nonfinite: int) -> st
     return None
 
 
-def _write_best(out_root: str, run_dir: str | None, fallback: dict[str, Any], sweep: dict) -> str:
+def write_best(out_root: str, run_dir: str | None, fallback: dict[str, Any], sweep: dict) -> str:
     """Write ``out_root/best_config.json`` from the best run's ``config.json``; its path."""
     from jaxrl.loops.logging import write_json
 
@@ -257,10 +262,17 @@ def _write_best(out_root: str, run_dir: str | None, fallback: dict[str, Any], sw
 
 __all__ = [
     "DISTRIBUTIONS",
-    "SETTINGS_KEYS",
     "Diverged",
     "Param",
+    "SETTINGS_KEYS",
     "Sweep",
+    "absolute_dataset",
     "apply_settings",
+    "check_sweep",
+    "eval_failure",
+    "last_eval_step",
+    "literal_value",
     "parse_search",
+    "setting_text",
+    "write_best",
 ]
