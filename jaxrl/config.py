@@ -83,6 +83,25 @@ def check_choice(config: Any, name: str, choices: Any) -> None:
         )
 
 
+def check_new_field(config_cls: type, name: str, seen: Any, where: str, fix: str) -> None:
+    """Refuse ``name`` when ``config_cls`` has no such field or it is already in ``seen``.
+
+    For lists of ``FIELD=...`` specs (grids, searches): ``where`` starts the message (e.g.
+    ``"--grid"``), ``fix`` ends the one about a repeated field.
+
+    Raises:
+        ConfigError: an unknown field (the known ones are listed) or a repeated one.
+    """
+    fields = [f.name for f in dataclasses.fields(config_cls)]
+    if name not in fields:
+        raise ConfigError(
+            f"{where}: {config_cls.__name__} has no field {name!r}; known fields: "
+            f"{', '.join(fields)}."
+        )
+    if name in seen:
+        raise ConfigError(f"{where}: {name!r} is given twice; {fix}.")
+
+
 def config_to_dict(config: Any) -> dict[str, Any]:
     """JSON-friendly dict of a (possibly nested) config dataclass."""
     return dataclasses.asdict(config)

@@ -73,19 +73,10 @@ def collect_dataset(a: CollectArgs) -> None:
     from jaxrl.data import save_d4rl
     from jaxrl.run.collect import collect
 
-    ds = collect(
-        a.env,
-        a.kind,
-        a.steps,
-        a.seed,
-        policy=a.policy,
-        policy_step=a.policy_step,
-        medium_policy=a.medium_policy,
-        expert_policy=a.expert_policy,
-        ref_min_return=a.ref_min_return,
-        ref_max_return=a.ref_max_return,
-    )
-    path = save_d4rl(ds, a.out)
+    options = dataclasses.asdict(a)  # the fields are collect's arguments, plus the output
+    out, env_id = options.pop("out"), options.pop("env")
+    ds = collect(env_id, **options)
+    path = save_d4rl(ds, out)
     info = ds.info()
     print(
         f"wrote {path}: {info['transitions']} transitions, {info['episodes']} episodes, return "

@@ -16,7 +16,7 @@ import types
 import typing
 from typing import Any
 
-from jaxrl.config import ConfigError
+from jaxrl.config import ConfigError, check_new_field
 from jaxrl.registry import AgentSpec
 from jaxrl.run.fields import format_value
 
@@ -95,20 +95,13 @@ def parse_grid(specs: list[str], config_cls: type) -> dict[str, tuple]:
         ConfigError: a spec without ``=``, an unknown field (the known ones are listed), an
             empty list, a repeated field or value, or a value of the wrong type.
     """
-    fields = [f.name for f in dataclasses.fields(config_cls)]
     grid: dict[str, tuple] = {}
     for spec in specs:
         name, sep, values = spec.partition("=")
         name = name.strip().replace("-", "_")
         if not sep:
             raise ConfigError(f"--grid {spec!r}: write FIELD=V1,V2,... (e.g. actor_lr=1e-4,3e-4).")
-        if name not in fields:
-            raise ConfigError(
-                f"--grid: {config_cls.__name__} has no field {name!r}; its fields are: "
-                f"{', '.join(fields)}."
-            )
-        if name in grid:
-            raise ConfigError(f"--grid {name} is given twice; list all its values in one --grid.")
+        check_new_field(config_cls, name, grid, "--grid", "list all its values in one --grid")
         items = [v.strip() for v in values.split(",") if v.strip()]
         if not items:
             raise ConfigError(f"--grid {name}= has no values; write e.g. {name}=V1,V2.")

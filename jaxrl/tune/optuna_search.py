@@ -12,27 +12,15 @@ import os
 from typing import Any
 
 from jaxrl.errors import ConfigError, require
+from jaxrl.tune import space
 from jaxrl.tune import workers as worker_pool
-from jaxrl.tune.space import (
-    Diverged,
-    Param,
-    Sweep,
-    absolute_dataset,
-    apply_settings,
-    check_sweep,
-    eval_failure,
-    last_eval_step,
-    literal_value,
-    setting_text,
-    write_best,
-)
 
 
 def optuna_sweep(
     agent_name: str,
     train_cfg: Any,
     agent_cfg: Any,
-    search: dict[str, Param],
+    search: dict[str, space.Param],
     *,
     trials: int,
     out_root: str,
@@ -100,7 +88,7 @@ def optuna_sweep(
             ``--num-seeds``, or optuna not installed.
     """
     optuna: Any = require("optuna", "sweep")
-    check_sweep(train_cfg, search, trials)
+    space.check_sweep(train_cfg, search, trials)
     if n_jobs < 1:
         raise ConfigError(f"n_jobs must be at least 1, got {n_jobs}.")
     if sampler not in ("tpe", "random"):
@@ -111,7 +99,9 @@ def optuna_sweep(
     os.makedirs(out_root, exist_ok=True)
     storage = storage or f"sqlite:///{os.path.join(out_root, 'sweep.db')}"
     study_name = study_name or f"{agent_name}-{train_cfg.env.replace(':', '_')}"
-    job = Sweep(agent_name, absolute_dataset(train_cfg), agent_cfg, search, trials, out_root, seed)
+    job = space.Sweep(
+        agent_name, space.absolute_dataset(train_cfg), agent_cfg, search, trials, out_root, seed
+    )
     options = {"sampler": sampler, "pruner": pruner, "n_startup_trials": n_startup_trials}
     # Created here first, so that parallel workers only ever load it.
     optuna.create_study(
@@ -134,7 +124,7 @@ def _sampler_seed(seed: int, worker: int, existing: int) -> int:
 
 
 def _optimize(
-    job: Sweep, storage: str, study_name: str, worker: int, options: dict[str, Any]
+    job: space.Sweep, storage: str, study_name: str, worker: int, options: dict[str, Any]
 ) -> None:
     """Run ``job.trials`` trials of the study in this process."""
     import optuna
@@ -154,7 +144,7 @@ def _optimize(
         )
     else:
         study.sampler = optuna.samplers.RandomSampler(seed=sampler_seed)
-    budget = last_eval_step(registry.get(agent_name), train_cfg)
+    budget = space.last_eval_step(registry.get(agent_name), train_cfg)
     if options["pruner"] == "median":
         study.pruner = optuna.pruners.MedianPruner(
             n_startup_trials=n_start, n_warmup_steps=budget // 3
@@ -172,16 +162,16 @@ def _optimize(
                 f"its own out_root, or pass study_name={study_name!r} to add trials to it."
             )
         try:
-            cfg = apply_settings(job.agent_cfg, settings)
+            cfg = space.apply_settings(job.agent_cfg, settings)
         except ConfigError as err:
             trial.set_user_attr("fail_reason", f"settings rejected: {err}")
             raise _Rejected(str(err)) from err
 
         def report(o: str, step: int, eval_return: float, nonfinite: int) -> None:
-            failure = eval_failure(o, step, eval_return, nonfinite)
+            failure = space.eval_failure(o, step, eval_return, nonfinite)
             if failure:
                 trial.set_user_attr("fail_reason", failure)
-                raise Diverged(failure)
+                raise space.Diverged(failure)
             trial.report(eval_return, step)
             if step < budget and trial.should_prune():
                 raise optuna.TrialPruned(f"step {step}: eval return {eval_return:.2f}")
@@ -191,25 +181,25 @@ def _optimize(
         if summary.get("status") == "diverged":  # the NaN guard stopped it
             reason = f"{out}: diverged (NaN) by step {summary['diverged_at']}"
             trial.set_user_attr("fail_reason", reason)
-            raise Diverged(reason)
+            raise space.Diverged(reason)
         if not summary["completed"]:  # a stop signal: the run saved its state
             raise KeyboardInterrupt
         value = float(summary["final_eval_return_mean"])
         if not math.isfinite(value):
             trial.set_user_attr("fail_reason", f"final evaluation return {value}")
-            raise Diverged(f"{out}: final evaluation return {value}")
+            raise space.Diverged(f"{out}: final evaluation return {value}")
         return value
 
     # Optuna marks a trial that raises one of ``catch`` FAILED and goes on with the next; any
     # other error (a user error of the sweep itself, a bug) stops the sweep.
-    study.optimize(objective, n_trials=job.trials, catch=(Diverged, _Rejected))
+    study.optimize(objective, n_trials=job.trials, catch=(space.Diverged, _Rejected))
 
 
 class _Rejected(RuntimeError):
     """The agent config rejects a trial's sampled settings: the trial FAILS, the study goes on."""
 
 
-def _suggest(trial: Any, name: str, p: Param) -> Any:
+def _suggest(trial: Any, name: str, p: space.Param) -> Any:
     if p.kind == "uniform":
         return trial.suggest_float(name, p.low, p.high)
     if p.kind == "loguniform":
@@ -220,7 +210,7 @@ def _suggest(trial: Any, name: str, p: Param) -> Any:
         return trial.suggest_categorical(name, list(p.choices))
     # Optuna stores only scalars: tuples are suggested by their text and mapped back.
     texts = [
-        " ".join(map(setting_text, c)) if isinstance(c, tuple) else setting_text(c)
+        " ".join(map(space.setting_text, c)) if isinstance(c, tuple) else space.setting_text(c)
         for c in p.choices
     ]
     return p.choices[texts.index(trial.suggest_categorical(name, texts))]
@@ -238,7 +228,7 @@ class OptunaJob:
         options: ``{"sampler", "pruner", "n_startup_trials"}`` of ``optuna_sweep``.
     """
 
-    sweep: Sweep
+    sweep: space.Sweep
     storage: str
     study_name: str
     worker: int
@@ -259,7 +249,7 @@ def optuna_worker(job: OptunaJob) -> None:
 
 
 def _run_workers(
-    job: Sweep, storage: str, study_name: str, n_jobs: int, options: dict[str, Any]
+    job: space.Sweep, storage: str, study_name: str, n_jobs: int, options: dict[str, Any]
 ) -> None:
     """``n_jobs`` worker processes (``jaxrl.tune.workers``) share ``job.trials`` trials."""
     jobs = []
@@ -271,7 +261,7 @@ def _run_workers(
     worker_pool.run_pool(optuna_worker, jobs, len(jobs))
 
 
-def _optuna_summary(job: Sweep, storage: str, study_name: str) -> dict[str, Any]:
+def _optuna_summary(job: space.Sweep, storage: str, study_name: str) -> dict[str, Any]:
     import optuna
 
     from jaxrl.loops.config import run_config
@@ -298,7 +288,9 @@ def _optuna_summary(job: Sweep, storage: str, study_name: str) -> dict[str, Any]
     best = study.best_trial
     run_dir = best.user_attrs.get("run_dir")
     params = {k: _from_optuna(v) for k, v in best.params.items()}
-    fallback = run_config(job.agent_name, apply_settings(job.agent_cfg, params), job.train_cfg)
+    fallback = run_config(
+        job.agent_name, space.apply_settings(job.agent_cfg, params), job.train_cfg
+    )
     sweep = {
         "backend": "optuna",
         "study_name": study_name,
@@ -312,7 +304,7 @@ def _optuna_summary(job: Sweep, storage: str, study_name: str) -> dict[str, Any]
         "best_params": params,
         "best_trial": best.number,
         "best_run_dir": run_dir,
-        "best_config": write_best(job.out_root, run_dir, fallback, sweep),
+        "best_config": space.write_best(job.out_root, run_dir, fallback, sweep),
     }
     return summary
 
@@ -320,7 +312,7 @@ def _optuna_summary(job: Sweep, storage: str, study_name: str) -> dict[str, Any]
 def _from_optuna(value: Any) -> Any:
     """A stored categorical text of a tuple back as the tuple (``_suggest``)."""
     if isinstance(value, str) and " " in value:
-        return tuple(literal_value(x) for x in value.split())
+        return tuple(space.literal_value(x) for x in value.split())
     return value
 
 

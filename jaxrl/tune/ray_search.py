@@ -13,25 +13,15 @@ import warnings
 from typing import Any
 
 from jaxrl.errors import ConfigError, require
+from jaxrl.tune import space
 from jaxrl.tune.pbt import check_pbt_search, pack_run, restore_packed
-from jaxrl.tune.space import (
-    Diverged,
-    Param,
-    Sweep,
-    absolute_dataset,
-    apply_settings,
-    check_sweep,
-    eval_failure,
-    last_eval_step,
-    write_best,
-)
 
 
 def ray_sweep(
     agent_name: str,
     train_cfg: Any,
     agent_cfg: Any,
-    search: dict[str, Param],
+    search: dict[str, space.Param],
     *,
     trials: int,
     out_root: str,
@@ -135,15 +125,15 @@ def ray_sweep(
     import ray
     from ray import tune
 
-    check_sweep(train_cfg, search, trials)
+    space.check_sweep(train_cfg, search, trials)
     if scheduler not in ("fifo", "asha", "pbt"):
         raise ConfigError(f"Unknown scheduler {scheduler!r}; use 'fifo', 'asha' or 'pbt'.")
     spec = registry.get(agent_name)
     out_root = os.path.abspath(out_root)
     os.makedirs(out_root, exist_ok=True)
-    train_cfg = absolute_dataset(train_cfg)
-    budget = last_eval_step(spec, train_cfg)
-    job = Sweep(agent_name, train_cfg, agent_cfg, search, trials, out_root, seed)
+    train_cfg = space.absolute_dataset(train_cfg)
+    budget = space.last_eval_step(spec, train_cfg)
+    job = space.Sweep(agent_name, train_cfg, agent_cfg, search, trials, out_root, seed)
     if scheduler == "pbt":
         if train_cfg.dataset:
             raise ConfigError(
@@ -211,7 +201,7 @@ def _ray_temp_dir(out_root: str) -> str:
     return short
 
 
-def _ray_domain(tune: Any, p: Param) -> Any:
+def _ray_domain(tune: Any, p: space.Param) -> Any:
     if p.kind == "uniform":
         return tune.uniform(p.low, p.high)
     if p.kind == "loguniform":
@@ -223,7 +213,7 @@ def _ray_domain(tune: Any, p: Param) -> Any:
 
 def _fit(
     tune: Any,
-    job: Sweep,
+    job: space.Sweep,
     scheduler: str,
     resources: dict[str, float],
     budget: int,
@@ -277,7 +267,7 @@ def _fit(
     return tuner.fit()
 
 
-def _clip(value: Any, p: Param) -> Any:
+def _clip(value: Any, p: space.Param) -> Any:
     """A (PBT-perturbed) value of ``p`` back in its search range, integral for ``int``."""
     if p.kind == "choice":
         return value
@@ -288,7 +278,7 @@ def _clip(value: Any, p: Param) -> Any:
 def _ray_trial(
     config: dict[str, Any],
     *,
-    job: Sweep,
+    job: space.Sweep,
     pbt: bool,
     budget: int,
     trial_env: dict[str, str],
@@ -303,7 +293,7 @@ def _ray_trial(
     from jaxrl.run.train import train
 
     settings = {name: _clip(config[name], p) for name, p in job.search.items()}
-    cfg = apply_settings(job.agent_cfg, settings)
+    cfg = space.apply_settings(job.agent_cfg, settings)
     out = os.path.join(job.out_root, f"trial-{tune.get_context().get_trial_id()}")
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
@@ -323,9 +313,9 @@ def _ray_trial(
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(packed))
 
     def report(run_dir: str, step: int, eval_return: float, nonfinite: int) -> None:
-        failure = eval_failure(run_dir, step, eval_return, nonfinite)
+        failure = space.eval_failure(run_dir, step, eval_return, nonfinite)
         if failure:
-            raise Diverged(failure)
+            raise space.Diverged(failure)
         metrics = {"eval_return": eval_return, "step": step, "nonfinite": nonfinite}
         metrics["run_dir"] = run_dir
         if step >= budget:  # sent once summary.json is written: Ray may pause the trial there
@@ -336,7 +326,7 @@ def _ray_trial(
     with on_eval(report):
         summary = train(job.agent_name, dataclasses.replace(job.train_cfg, out=out), cfg)
     if summary.get("status") == "diverged":  # the NaN guard stopped it
-        raise Diverged(f"{out}: diverged (NaN) by step {summary['diverged_at']}")
+        raise space.Diverged(f"{out}: diverged (NaN) by step {summary['diverged_at']}")
     if not summary["completed"]:
         raise RuntimeError(f"{out} stopped at step {summary['total_steps']} (a stop signal).")
     # Without a final evaluation here, the trial restarted after its run had finished.
@@ -344,7 +334,7 @@ def _ray_trial(
     send(finals[-1] if finals else {"eval_return": value, "step": budget, "run_dir": out})
 
 
-def _ray_summary(job: Sweep, results: Any, budget: int) -> dict[str, Any]:
+def _ray_summary(job: space.Sweep, results: Any, budget: int) -> dict[str, Any]:
     from jaxrl.loops.config import run_config
 
     counts: dict[str, int] = {}
@@ -383,7 +373,9 @@ def _ray_summary(job: Sweep, results: Any, budget: int) -> dict[str, Any]:
         with open(os.path.join(run_dir, "config.json")) as f:
             trained = json.load(f)["agent_config"]
         params = {name: trained[name] for name in job.search}
-    fallback = run_config(job.agent_name, apply_settings(job.agent_cfg, params), job.train_cfg)
+    fallback = run_config(
+        job.agent_name, space.apply_settings(job.agent_cfg, params), job.train_cfg
+    )
     trial_id = best.metrics.get("trial_id")
     value = float(best.metrics["eval_return"])
     sweep = {"backend": "ray", "trial": trial_id, "value": value, "params": params}
@@ -392,7 +384,7 @@ def _ray_summary(job: Sweep, results: Any, budget: int) -> dict[str, Any]:
         "best_params": params,
         "best_trial": trial_id,
         "best_run_dir": run_dir,
-        "best_config": write_best(job.out_root, run_dir, fallback, sweep),
+        "best_config": space.write_best(job.out_root, run_dir, fallback, sweep),
     }
     return summary
 

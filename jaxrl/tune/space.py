@@ -15,6 +15,7 @@ import math
 import os
 from typing import Any
 
+from jaxrl.config import check_new_field
 from jaxrl.errors import ConfigError
 
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice")
@@ -110,13 +111,7 @@ def parse_search(specs: list[str], config_cls: Any, *, base: Any = None) -> dict
                 f"Search {spec!r} is not FIELD=DIST:ARGS; e.g. actor_lr=loguniform:1e-5:1e-3, "
                 "tau=uniform:0.001:0.02, batch_size=int:64:512, n_step=choice:1,3,5."
             )
-        if name not in fields:
-            raise ConfigError(
-                f"Search {spec!r}: {config_cls.__name__} has no field {name!r}; known fields: "
-                f"{', '.join(fields)}."
-            )
-        if name in search:
-            raise ConfigError(f"Search: {name!r} is given twice; keep one spec per field.")
+        check_new_field(config_cls, name, search, f"Search {spec!r}", "keep one spec per field")
         if kind not in DISTRIBUTIONS:
             raise ConfigError(
                 f"Search {spec!r}: unknown distribution {kind!r}; use one of "
