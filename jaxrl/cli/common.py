@@ -33,7 +33,8 @@ USAGE = """usage: jaxrl {{train,finetune,eval,dataset,sweep,plot,plan,export}} .
                     settings x seeds; vmapped in one program on JAX envs and datasets
   jaxrl sweep AGENT --backend optuna|ray --search FIELD=loguniform:LO:HI --trials N ...
   jaxrl plan --env ENV [--episodes N] [--out DIR] [--seed S] [planner options...]
-                    MPPI/CEM with the true simulator as model (JAX envs; no learning)
+                    MPPI/CEM with the true simulator as model (JAX envs; no learning;
+                    resumes from DIR)
   jaxrl export DIR --format onnx|numpy|jax [--out FILE] [--step N]
                     the deterministic evaluation policy, with FILE.contract.json
 

@@ -1,4 +1,7 @@
-"""``jaxrl plan --env ENV``: MPPI/CEM with the true simulator as model; prints one line."""
+"""``jaxrl plan --env ENV``: MPPI/CEM with the true simulator as model; prints one line.
+
+A run a stop signal ended exits with ``EXIT_STOPPED`` (the same command resumes it).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from typing import Annotated, Any
 
 import tyro
 
-from jaxrl.cli.common import guard, parse
+from jaxrl.cli.common import EXIT_STOPPED, guard, parse
 
 
 def run(argv: list[str]) -> dict[str, Any]:
@@ -26,6 +29,8 @@ def run(argv: list[str]) -> dict[str, Any]:
     description = "Plan with MPPI or CEM using the true simulator as model (JAX envs)."
     args = parse(args_cls, argv, "jaxrl plan", description)
     summary = guard(lambda: plan_run(args.run, args.planner))
+    if not summary["completed"]:  # a stop signal: the state is saved, the same command resumes
+        raise SystemExit(EXIT_STOPPED)
     print(
         f"return {summary['final_eval_return_mean']:.2f} +/- {summary['final_eval_return_std']:.2f}"
         f" over {summary['episodes']} episode(s); planning latency per action: median "

@@ -35,6 +35,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl.config import check_positive, check_range, config_to_dict
+from jaxrl.errors import ConfigError, EnvError
 from jaxrl.loops.config import TrainConfig, prepare_run_dir
 from jaxrl.loops.device import strongly_typed
 from jaxrl.loops.harness import Harness
@@ -198,18 +199,18 @@ def plan_run(run: PlanRunConfig, planner: PlannerConfig | None = None) -> dict[s
 
     planner = planner or PlannerConfig()
     if not is_jax_env(run.env):
-        raise ValueError(
+        raise EnvError(
             f"jaxrl plan needs a JAX env whose simulator state can be copied (jax:NAME or "
             f"brax:NAME), got {run.env!r}; e.g. --env jax:pendulum."
         )
     if planner.num_policy_samples:
-        raise ValueError(
+        raise ConfigError(
             "Planning with the true simulator has no policy prior to sample from; "
             "set --num-policy-samples 0."
         )
     out = run.out or default_plan_out(run, planner)
     if os.path.isdir(os.path.join(out, "checkpoints")) and not _is_plan_run(out):
-        raise ValueError(f"{out} holds a training run (checkpoints/); use another --out.")
+        raise ConfigError(f"{out} holds a training run (checkpoints/); use another --out.")
     env = make_jax_env(run.env, 1)
     try:
         prepare_run_dir(out, plan_config(run, planner))
