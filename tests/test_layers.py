@@ -155,3 +155,13 @@ def test_no_private_names_cross_modules():
                     if a.name.startswith("_") and not a.name.startswith("__")
                 ]
     assert not crossing, "make these public names of their package: " + "; ".join(crossing)
+
+
+def test_the_api_reference_lists_every_module():
+    docs = os.path.join(os.path.dirname(ROOT), "docs", "api")
+    listed = set()
+    for page in os.listdir(docs):
+        with open(os.path.join(docs, page), encoding="utf-8") as f:
+            listed |= {line[4:].strip() for line in f if line.startswith("::: ")}
+    modules = {m for m in _modules() if not m.endswith("__main__")}
+    assert modules <= listed, f"add to docs/api/: {sorted(modules - listed)}"
