@@ -26,7 +26,7 @@ from jaxrl.envs import gym as host_envs
 from jaxrl.loops import Harness, TrainConfig
 from jaxrl.run import train
 from jaxrl.run.collect import rollout
-from jaxrl.tune import optuna_sweep, parse_search
+from jaxrl.tune import Sweep, optuna_sweep, parse_search
 
 ARGS = (
     "--env Pendulum-v1 --num-envs 1 --hidden-dims 16 16 --total-steps 200 --learning-starts 50 "
@@ -110,9 +110,8 @@ def test_pruned_optuna_trials_leak_nothing(tmp_path, leaks, monkeypatch):
     monkeypatch.setattr(optuna.trial.Trial, "should_prune", lambda self: True)
     train_cfg, agent_cfg = parse_train_args("sac", ARGS)
     search = parse_search(["actor_lr=loguniform:1e-4:1e-3"], type(agent_cfg))
-    summary = optuna_sweep(
-        "sac", train_cfg, agent_cfg, search, trials=3, out_root=str(tmp_path), n_startup_trials=0
-    )
+    job = Sweep.of("sac", train_cfg, agent_cfg, search, trials=3, out_root=str(tmp_path))
+    summary = optuna_sweep(job, n_startup_trials=0)
     assert summary["trials"] == {"PRUNED": 3}
     assert len(leaks.envs) == 6 and len(leaks.runs) == 3  # train and eval envs per trial
     leaks.check()

@@ -48,13 +48,15 @@ def test_internal_value_error_keeps_its_traceback(monkeypatch, tmp_path):
 def test_missing_extra_names_the_extra(monkeypatch, tmp_path, capsys):
     from jaxrl import registry
     from jaxrl.loops.config import TrainConfig
-    from jaxrl.tune import optuna_sweep, parse_search
+    from jaxrl.tune import Sweep, optuna_sweep, parse_search
 
     monkeypatch.setitem(sys.modules, "optuna", None)
     sac = registry.get("sac").config
     search = parse_search(["tau=uniform:0.001:0.02"], sac)
     with pytest.raises(MissingExtraError, match=r"jaxrl\[sweep\]") as info:
-        optuna_sweep("sac", TrainConfig(), sac(), search, trials=1, out_root=str(tmp_path))
+        optuna_sweep(
+            Sweep.of("sac", TrainConfig(), sac(), search, trials=1, out_root=str(tmp_path))
+        )
     assert isinstance(info.value, ImportError) and "optuna" in str(info.value)
     argv = ["sweep", "sac", "--env", "Pendulum-v1", "--backend", "optuna"]
     with pytest.raises(SystemExit) as exit_info:
@@ -170,7 +172,7 @@ def test_optuna_workers_start_in_the_spawn_pool(monkeypatch, tmp_path):
 
     import jaxrl.tune.workers as workers
     from jaxrl import registry
-    from jaxrl.tune import optuna_sweep, parse_search
+    from jaxrl.tune import Sweep, optuna_sweep, parse_search
 
     calls = []
 
@@ -186,9 +188,8 @@ def test_optuna_workers_start_in_the_spawn_pool(monkeypatch, tmp_path):
     monkeypatch.setattr(sp, "Popen", no_popen)
     train_cfg, agent_cfg = parse_train_args("sac", ["--env", "Pendulum-v1"])
     search = parse_search(["tau=uniform:0.001:0.02"], registry.get("sac").config)
-    summary = optuna_sweep(
-        "sac", train_cfg, agent_cfg, search, trials=3, out_root=str(tmp_path), n_jobs=2
-    )
+    job = Sweep.of("sac", train_cfg, agent_cfg, search, trials=3, out_root=str(tmp_path))
+    summary = optuna_sweep(job, n_jobs=2)
     assert summary["n_trials"] == 0
     ((fn, jobs, n),) = calls
     assert n == 2 and [job.trials for job in jobs] == [2, 1] and [j.worker for j in jobs] == [0, 1]

@@ -25,6 +25,7 @@ from jaxrl.cli import parse_train_args
 from jaxrl.run import train
 from jaxrl.tune import (
     Param,
+    Sweep,
     apply_settings,
     check_pbt_search,
     optuna_sweep,
@@ -75,7 +76,9 @@ def study(tmp_path_factory, cache_env):
     out = tmp_path_factory.mktemp("optuna")
     train_cfg, agent_cfg = configs()
     search = parse_search(SEARCH, SAC)
-    summary = optuna_sweep("sac", train_cfg, agent_cfg, search, trials=4, out_root=str(out))
+    summary = optuna_sweep(
+        Sweep.of("sac", train_cfg, agent_cfg, search, trials=4, out_root=str(out))
+    )
     return out, summary
 
 
@@ -174,11 +177,11 @@ def test_second_process_joins_the_study(study, cache_env):
     assert len(before) == 4
     code = (
         "from jaxrl.cli import parse_train_args; from jaxrl import registry; "
-        "from jaxrl.tune import optuna_sweep, parse_search; "
+        "from jaxrl.tune import Sweep, optuna_sweep, parse_search; "
         f"t, a = parse_train_args('sac', {ARGS!r}); "
         f"s = parse_search({SEARCH!r}, registry.get('sac').config); "
-        f"optuna_sweep('sac', t, a, s, trials=1, out_root={str(out)!r}, storage={storage!r}, "
-        f"study_name={name!r})"
+        f"optuna_sweep(Sweep.of('sac', t, a, s, trials=1, out_root={str(out)!r}), "
+        f"storage={storage!r}, study_name={name!r})"
     )
     root = os.path.dirname(os.path.dirname(jaxrl.__file__))
     env = {**os.environ, **cache_env, "PYTHONPATH": root}
@@ -197,7 +200,8 @@ def test_diverging_trial_is_failed_and_the_study_goes_on(tmp_path, cache_env):
     train_cfg, agent_cfg = configs()
     # A critic step size this large overflows the critic within the first 100 updates.
     search = parse_search(["critic_lr=loguniform:1e7:1e8"], SAC)
-    summary = optuna_sweep("sac", train_cfg, agent_cfg, search, trials=2, out_root=str(tmp_path))
+    job = Sweep.of("sac", train_cfg, agent_cfg, search, trials=2, out_root=str(tmp_path))
+    summary = optuna_sweep(job)
     assert summary["trials"] == {"FAIL": 2}
     assert summary["best_value"] is None and summary["best_config"] is None
     assert not os.path.exists(tmp_path / "best_config.json")
@@ -211,20 +215,23 @@ def test_optuna_sweep_argument_errors(tmp_path):
     train_cfg, agent_cfg = configs()
     search = parse_search(SEARCH, SAC)
     with pytest.raises(ValueError, match="search is empty"):
-        optuna_sweep("sac", train_cfg, agent_cfg, {}, trials=1, out_root=str(tmp_path))
+        optuna_sweep(Sweep.of("sac", train_cfg, agent_cfg, {}, trials=1, out_root=str(tmp_path)))
     with pytest.raises(ValueError, match="trials must be at least 1"):
-        optuna_sweep("sac", train_cfg, agent_cfg, search, trials=0, out_root=str(tmp_path))
-    with pytest.raises(ValueError, match="n_jobs must be at least 1"):
         optuna_sweep(
-            "sac", train_cfg, agent_cfg, search, trials=1, out_root=str(tmp_path), n_jobs=0
+            Sweep.of("sac", train_cfg, agent_cfg, search, trials=0, out_root=str(tmp_path))
         )
+    with pytest.raises(ValueError, match="n_jobs must be at least 1"):
+        job = Sweep.of("sac", train_cfg, agent_cfg, search, trials=1, out_root=str(tmp_path))
+        optuna_sweep(job, n_jobs=0)
     (tmp_path / "trial-0").mkdir()
     (tmp_path / "trial-0" / "config.json").write_text("{}")
     with pytest.raises(ValueError, match="already holds a run, of another study"):
-        optuna_sweep("sac", train_cfg, agent_cfg, search, trials=1, out_root=str(tmp_path))
+        optuna_sweep(
+            Sweep.of("sac", train_cfg, agent_cfg, search, trials=1, out_root=str(tmp_path))
+        )
     seeds = dataclasses.replace(train_cfg, num_seeds=2)
     with pytest.raises(ValueError, match="Drop --num-seeds"):
-        optuna_sweep("sac", seeds, agent_cfg, search, trials=1, out_root=str(tmp_path))
+        optuna_sweep(Sweep.of("sac", seeds, agent_cfg, search, trials=1, out_root=str(tmp_path)))
 
 
 # ---------------------------------------------------------------------------- PBT's exploit step
@@ -294,12 +301,7 @@ def test_ray_sweep_runs_trials_locally(tmp_path, cache_env):
     train_cfg, agent_cfg = configs()
     search = parse_search(SEARCH, SAC)
     summary = ray_sweep(
-        "sac",
-        train_cfg,
-        agent_cfg,
-        search,
-        trials=2,
-        out_root=str(tmp_path),
+        Sweep.of("sac", train_cfg, agent_cfg, search, trials=2, out_root=str(tmp_path)),
         scheduler="fifo",
         env_vars=cache_env,
     )

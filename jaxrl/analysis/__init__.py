@@ -2,7 +2,7 @@
 
 - ``runs``: find run directories, read them, group seeds, the final-score table.
 - ``stats``: IQM and percentile-bootstrap confidence intervals (numpy only).
-- ``curves``: learning-curve plots and the ``plot`` command.
+- ``curves``: learning-curve plots (``plot_runs``, which ``jaxrl plot`` calls).
 
 Reads run directories through their files (``metrics.csv``, ``config.json``, ``summary.json``).
 May import: ``jaxrl.loops`` (the run directory's logging helpers) and below.

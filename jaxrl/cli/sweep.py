@@ -127,13 +127,12 @@ def sweep_command(argv: list[str]) -> dict[str, Any]:
     if args.grid:
         raise ConfigError("--grid belongs to --backend grid; optuna and ray take --search.")
     search = tuning.parse_search(list(args.search), spec.config, base=base)
-    common = {"trials": args.trials or 10, "out_root": out_root, "seed": train_cfg.seed}
+    trials = args.trials or 10
+    job = tuning.Sweep.of(
+        agent, train_cfg, base, search, trials=trials, out_root=out_root, seed=train_cfg.seed
+    )
     if args.backend == "optuna":
         return tuning.optuna_sweep(
-            agent, train_cfg, base, search, storage=args.storage,
-            study_name=args.study_name, n_jobs=args.n_jobs, **common,
-        )  # fmt: skip
-    return tuning.ray_sweep(
-        agent, train_cfg, base, search, address=args.address, scheduler=args.scheduler,
-        **common,
-    )  # fmt: skip
+            job, storage=args.storage, study_name=args.study_name, n_jobs=args.n_jobs
+        )
+    return tuning.ray_sweep(job, address=args.address, scheduler=args.scheduler)

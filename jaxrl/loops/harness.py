@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl.errors import CheckpointError
+from jaxrl.errors import ConfigError
 from jaxrl.loops.cadence import Cadence, Points, StopFlag, eval_hooks, on_eval
 from jaxrl.loops.checkpoint import Checkpointer
 from jaxrl.loops.config import TrainConfig, commit_run_config
@@ -128,7 +128,7 @@ class Harness:
         metas: list[dict] = []
         if any(s is not None for s in latest):
             if len(set(latest)) != 1:
-                raise CheckpointError(
+                raise ConfigError(
                     f"The seed run directories hold checkpoints of different steps ({latest}); "
                     "resume each seed on its own (jaxrl train ... --seed S --out DIR) or start "
                     "anew."
@@ -137,7 +137,7 @@ class Harness:
             if phase != self.phase and not self.step_offset and self.phase == "online":
                 # Not an offline-to-online run's online phase: a foreign checkpoint, which
                 # training over it would evict.
-                raise CheckpointError(
+                raise ConfigError(
                     f"{self.outs[0]}/checkpoints holds checkpoints of an {phase} phase (step "
                     f"{latest[0]}), not of this online run. Use a new --out directory, or "
                     f"`jaxrl finetune {self.outs[0]} --online-steps N` to continue an offline "

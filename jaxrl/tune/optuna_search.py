@@ -17,22 +17,16 @@ from jaxrl.tune import workers as worker_pool
 
 
 def optuna_sweep(
-    agent_name: str,
-    train_cfg: Any,
-    agent_cfg: Any,
-    search: dict[str, space.Param],
+    job: space.Sweep,
     *,
-    trials: int,
-    out_root: str,
     storage: str | None = None,
     study_name: str | None = None,
     n_jobs: int = 1,
-    seed: int = 0,
     sampler: str = "tpe",
     pruner: str = "median",
     n_startup_trials: int = 10,
 ) -> dict[str, Any]:
-    """Search ``search`` with an Optuna study that maximizes the final evaluation return.
+    """Search ``job.search`` with an Optuna study that maximizes the final evaluation return.
 
     The sampler and pruner are set as RL Baselines3 Zoo sets them (``exp_manager.py``):
     ``TPESampler(n_startup_trials=10, multivariate=True)`` (Optuna's ``constant_liar`` stays on,
@@ -61,18 +55,13 @@ def optuna_sweep(
     workers; SQLite serializes their writes.
 
     Args:
-        agent_name: a registered agent.
-        train_cfg: the loop options of every trial (``out`` is replaced per trial; a relative
-            ``dataset`` path is made absolute).
-        agent_cfg: the agent config the searched fields are set on.
-        search: ``parse_search`` output.
-        trials: trials to run (in total over ``n_jobs`` workers).
-        out_root: directory of the trial run directories, ``sweep.db`` and ``best_config.json``
-            (one study per directory).
+        job: the sweep (``Sweep.of(agent_name, train_cfg, agent_cfg, search, trials=...,
+            out_root=..., seed=...)``): ``trials`` in total over ``n_jobs`` workers, into
+            ``out_root`` (one study per directory); ``seed`` seeds the sampler (the trials'
+            training seed is ``train_cfg.seed``).
         storage: Optuna storage URL (default: SQLite in ``out_root``).
         study_name: the study (default ``<agent>-<env>``).
         n_jobs: worker processes running trials at once.
-        seed: sampler seed (the trials' training seed is ``train_cfg.seed``).
         sampler: ``"tpe"`` or ``"random"``.
         pruner: ``"median"`` or ``"none"``.
         n_startup_trials: random trials before TPE models the results, and trials before the
@@ -84,24 +73,19 @@ def optuna_sweep(
         entries are None when no trial completed (then no ``best_config.json`` is written).
 
     Raises:
-        ValueError: an empty search, ``trials``/``n_jobs`` < 1, an unknown sampler or pruner,
-            ``--num-seeds``, or optuna not installed.
+        ConfigError: ``n_jobs`` < 1, an unknown sampler or pruner.
+        MissingExtraError: optuna is not installed.
     """
     optuna: Any = require("optuna", "sweep")
-    space.check_sweep(train_cfg, search, trials)
     if n_jobs < 1:
         raise ConfigError(f"n_jobs must be at least 1, got {n_jobs}.")
     if sampler not in ("tpe", "random"):
         raise ConfigError(f"Unknown sampler {sampler!r}; use 'tpe' or 'random'.")
     if pruner not in ("median", "none"):
         raise ConfigError(f"Unknown pruner {pruner!r}; use 'median' or 'none'.")
-    out_root = os.path.abspath(out_root)
-    os.makedirs(out_root, exist_ok=True)
-    storage = storage or f"sqlite:///{os.path.join(out_root, 'sweep.db')}"
-    study_name = study_name or f"{agent_name}-{train_cfg.env.replace(':', '_')}"
-    job = space.Sweep(
-        agent_name, space.absolute_dataset(train_cfg), agent_cfg, search, trials, out_root, seed
-    )
+    os.makedirs(job.out_root, exist_ok=True)
+    storage = storage or f"sqlite:///{os.path.join(job.out_root, 'sweep.db')}"
+    study_name = study_name or f"{job.agent_name}-{job.train_cfg.env.replace(':', '_')}"
     options = {"sampler": sampler, "pruner": pruner, "n_startup_trials": n_startup_trials}
     # Created here first, so that parallel workers only ever load it.
     optuna.create_study(
@@ -264,49 +248,19 @@ def _run_workers(
 def _optuna_summary(job: space.Sweep, storage: str, study_name: str) -> dict[str, Any]:
     import optuna
 
-    from jaxrl.loops.config import run_config
-
     study = optuna.load_study(study_name=study_name, storage=storage)
     all_trials = study.get_trials(deepcopy=False)
     counts: dict[str, int] = {}
     for t in all_trials:
         counts[t.state.name] = counts.get(t.state.name, 0) + 1
-    summary: dict[str, Any] = {
-        "study_name": study_name,
-        "storage": storage,
-        "out_root": job.out_root,
-        "best_value": None,
-        "best_params": None,
-        "best_trial": None,
-        "best_run_dir": None,
-        "best_config": None,
-        "n_trials": len(all_trials),
-        "trials": counts,
-    }
-    if not counts.get("COMPLETE"):
-        return summary
-    best = study.best_trial
-    run_dir = best.user_attrs.get("run_dir")
-    params = {k: _from_optuna(v) for k, v in best.params.items()}
-    fallback = run_config(
-        job.agent_name, space.apply_settings(job.agent_cfg, params), job.train_cfg
-    )
-    sweep = {
-        "backend": "optuna",
-        "study_name": study_name,
-        "storage": storage,
-        "trial": best.number,
-        "value": best.value,
-        "params": params,
-    }
-    summary |= {
-        "best_value": best.value,
-        "best_params": params,
-        "best_trial": best.number,
-        "best_run_dir": run_dir,
-        "best_config": space.write_best(job.out_root, run_dir, fallback, sweep),
-    }
-    return summary
+    best = None
+    if counts.get("COMPLETE"):
+        trial = study.best_trial
+        params = {k: _from_optuna(v) for k, v in trial.params.items()}
+        where = {"backend": "optuna", "study_name": study_name, "storage": storage}
+        best = space.Best(trial.number, trial.value, params, trial.user_attrs.get("run_dir"), where)
+    extra = {"study_name": study_name, "storage": storage}
+    return space.sweep_summary(job, counts, len(all_trials), best, **extra)
 
 
 def _from_optuna(value: Any) -> Any:

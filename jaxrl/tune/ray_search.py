@@ -18,16 +18,10 @@ from jaxrl.tune.pbt import check_pbt_search, pack_run, restore_packed
 
 
 def ray_sweep(
-    agent_name: str,
-    train_cfg: Any,
-    agent_cfg: Any,
-    search: dict[str, space.Param],
+    job: space.Sweep,
     *,
-    trials: int,
-    out_root: str,
     address: str | None = None,
     scheduler: str = "fifo",
-    seed: int = 0,
     cpus_per_trial: float = 1.0,
     gpus_per_trial: float = 0.0,
     num_cpus: int | None = None,
@@ -36,12 +30,13 @@ def ray_sweep(
     pbt_synch: bool = False,
     env_vars: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Search ``search`` with Ray Tune, maximizing the evaluation return.
+    """Search ``job.search`` with Ray Tune, maximizing the evaluation return.
 
     Each trial is a function trainable that runs ``jaxrl.run.train`` in its Ray worker process
     into ``out_root/trial-<trial id>`` and reports every evaluation with ``tune.report`` (keys
     ``eval_return``, ``step``, ``nonfinite``, ``run_dir``). The first configurations are drawn at
-    random (seeded by ``seed``) from the search; the trials' training seed is ``train_cfg.seed``.
+    random (seeded by ``job.seed``) from the search; the trials' training seed is
+    ``job.train_cfg.seed``.
 
     Schedulers (``time_attr`` is the run's step, ``metric`` ``eval_return``):
 
@@ -85,16 +80,12 @@ def ray_sweep(
     compile the same programs, so a shared compilation cache saves each trial's compile time).
 
     Args:
-        agent_name: a registered agent.
-        train_cfg: the loop options of every trial (``out`` is replaced per trial; a relative
-            ``dataset`` path is made absolute before Ray changes the trials' working directory).
-        agent_cfg: the agent config the searched fields are set on.
-        search: ``parse_search`` output.
-        trials: number of trials (PBT: the population size).
-        out_root: directory of the trial run directories, Ray's files and ``best_config.json``.
+        job: the sweep (``Sweep.of(agent_name, train_cfg, agent_cfg, search, trials=...,
+            out_root=..., seed=...)``): ``trials`` is the number of trials (PBT: the population
+            size), ``out_root`` holds the trial run directories, Ray's files and
+            ``best_config.json``, ``seed`` seeds the random search.
         address: a Ray cluster to join (``"auto"``, ``"ray://host:10001"``, ...).
         scheduler: ``"fifo"``, ``"asha"`` or ``"pbt"``.
-        seed: seed of the random search.
         cpus_per_trial: CPUs Ray reserves per trial.
         gpus_per_trial: GPUs Ray reserves per trial (fractions share a GPU).
         num_cpus: CPUs of the local Ray node (default: all).
@@ -115,8 +106,9 @@ def ray_sweep(
         trial completed, and no ``best_config.json`` is written).
 
     Raises:
-        ValueError: an empty search, ``trials`` < 1, an unknown scheduler, a PBT search over a
-            field PBT cannot mutate, a bad ``perturbation_interval``, or ray not installed.
+        ConfigError: an unknown scheduler, a PBT search over a field PBT cannot mutate, or a bad
+            ``perturbation_interval``.
+        MissingExtraError: ray is not installed.
     """
     import jaxrl
     from jaxrl import registry
@@ -125,15 +117,11 @@ def ray_sweep(
     import ray
     from ray import tune
 
-    space.check_sweep(train_cfg, search, trials)
     if scheduler not in ("fifo", "asha", "pbt"):
         raise ConfigError(f"Unknown scheduler {scheduler!r}; use 'fifo', 'asha' or 'pbt'.")
-    spec = registry.get(agent_name)
-    out_root = os.path.abspath(out_root)
+    train_cfg, out_root = job.train_cfg, job.out_root
     os.makedirs(out_root, exist_ok=True)
-    train_cfg = space.absolute_dataset(train_cfg)
-    budget = space.last_eval_step(spec, train_cfg)
-    job = space.Sweep(agent_name, train_cfg, agent_cfg, search, trials, out_root, seed)
+    budget = space.last_eval_step(registry.get(job.agent_name), train_cfg)
     if scheduler == "pbt":
         if train_cfg.dataset:
             raise ConfigError(
@@ -171,7 +159,7 @@ def ray_sweep(
     try:
         if scheduler == "pbt":
             # After ray.init: creating agents starts JAX's threads, and ray.init forks.
-            check_pbt_search(agent_name, train_cfg, agent_cfg, search)
+            check_pbt_search(job.agent_name, train_cfg, job.agent_cfg, job.search)
         results = _fit(
             tune,
             job,
@@ -335,7 +323,6 @@ def _ray_trial(
 
 
 def _ray_summary(job: space.Sweep, results: Any, budget: int) -> dict[str, Any]:
-    from jaxrl.loops.config import run_config
 
     counts: dict[str, int] = {}
     best = None
@@ -353,40 +340,18 @@ def _ray_summary(job: space.Sweep, results: Any, budget: int) -> dict[str, Any]:
         else:
             state = "STOPPED"
         counts[state] = counts.get(state, 0) + 1
-    summary: dict[str, Any] = {
-        "out_root": job.out_root,
-        "storage_path": os.path.join(job.out_root, "ray", "tune"),
-        "best_value": None,
-        "best_params": None,
-        "best_trial": None,
-        "best_run_dir": None,
-        "best_config": None,
-        "n_trials": len(results),
-        "trials": counts,
-        "run_dirs": run_dirs,
-    }
+    extra = {"storage_path": os.path.join(job.out_root, "ray", "tune"), "run_dirs": run_dirs}
     if best is None:
-        return summary
+        return space.sweep_summary(job, counts, len(results), None, **extra)
     run_dir = best.metrics["run_dir"]
     params = {name: _clip(best.config[name], p) for name, p in job.search.items()}
     if os.path.exists(os.path.join(run_dir, "config.json")):  # the settings it trained with
         with open(os.path.join(run_dir, "config.json")) as f:
             trained = json.load(f)["agent_config"]
         params = {name: trained[name] for name in job.search}
-    fallback = run_config(
-        job.agent_name, space.apply_settings(job.agent_cfg, params), job.train_cfg
-    )
-    trial_id = best.metrics.get("trial_id")
     value = float(best.metrics["eval_return"])
-    sweep = {"backend": "ray", "trial": trial_id, "value": value, "params": params}
-    summary |= {
-        "best_value": value,
-        "best_params": params,
-        "best_trial": trial_id,
-        "best_run_dir": run_dir,
-        "best_config": space.write_best(job.out_root, run_dir, fallback, sweep),
-    }
-    return summary
+    found = space.Best(best.metrics.get("trial_id"), value, params, run_dir, {"backend": "ray"})
+    return space.sweep_summary(job, counts, len(results), found, **extra)
 
 
 __all__ = ["ray_sweep"]

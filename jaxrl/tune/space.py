@@ -196,6 +196,27 @@ class Sweep:
     out_root: str
     seed: int
 
+    @classmethod
+    def of(
+        cls,
+        agent_name: str,
+        train_cfg: Any,
+        agent_cfg: Any,
+        search: dict[str, Param],
+        *,
+        trials: int,
+        out_root: str,
+        seed: int = 0,
+    ) -> Sweep:
+        """A checked sweep, with a local dataset path and ``out_root`` made absolute.
+
+        Raises:
+            ConfigError: an empty search, ``trials`` < 1, or ``train_cfg.num_seeds`` > 1.
+        """
+        check_sweep(train_cfg, search, trials)
+        train_cfg, out_root = absolute_dataset(train_cfg), os.path.abspath(out_root)
+        return cls(agent_name, train_cfg, agent_cfg, search, trials, out_root, seed)
+
 
 # ------------------------------------------------------------------------------ shared helpers
 
@@ -255,7 +276,62 @@ def write_best(out_root: str, run_dir: str | None, fallback: dict[str, Any], swe
     return path
 
 
+@dataclasses.dataclass(frozen=True)
+class Best:
+    """The best finished trial of a sweep, as a backend found it.
+
+    Attributes:
+        trial: the backend's trial id (Optuna's number, Ray's trial id).
+        value: its final evaluation return.
+        params: the searched settings it trained with.
+        run_dir: its run directory (None when unknown).
+        where: the backend and where its record lives (``{"backend": "optuna", ...}``).
+    """
+
+    trial: Any
+    value: float
+    params: dict[str, Any]
+    run_dir: str | None
+    where: dict[str, Any]
+
+
+def sweep_summary(
+    job: Sweep, counts: dict[str, int], n_trials: int, best: Best | None, **extra: Any
+) -> dict[str, Any]:
+    """What a backend returns: trial counts, and the best trial with its ``best_config.json``.
+
+    ``extra`` (the backend's storage, ...) goes in as given; with a ``best``, its config is
+    written to ``out_root/best_config.json`` (see ``write_best``).
+    """
+    from jaxrl.loops.config import run_config
+
+    summary: dict[str, Any] = {
+        "out_root": job.out_root,
+        **extra,
+        "best_value": None,
+        "best_params": None,
+        "best_trial": None,
+        "best_run_dir": None,
+        "best_config": None,
+        "n_trials": n_trials,
+        "trials": counts,
+    }
+    if best is None:
+        return summary
+    config = apply_settings(job.agent_cfg, best.params)
+    fallback = run_config(job.agent_name, config, job.train_cfg)
+    record = {**best.where, "trial": best.trial, "value": best.value, "params": best.params}
+    return summary | {
+        "best_value": best.value,
+        "best_params": best.params,
+        "best_trial": best.trial,
+        "best_run_dir": best.run_dir,
+        "best_config": write_best(job.out_root, best.run_dir, fallback, record),
+    }
+
+
 __all__ = [
+    "Best",
     "DISTRIBUTIONS",
     "Diverged",
     "Param",
@@ -269,5 +345,6 @@ __all__ = [
     "literal_value",
     "parse_search",
     "setting_text",
+    "sweep_summary",
     "write_best",
 ]
