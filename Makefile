@@ -19,7 +19,7 @@ demo: $(STAMP)
 	  --eval-every 2000 --eval-episodes 10 --learning-starts 1000 --seed 0
 
 ## Check the layer contract and the docs, then run the test suite (learning tests included;
-## ~18 min on 2 idle cores, two xdist workers).
+## 20-28 min on 2 idle cores depending on the CPU, two xdist workers).
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/mkdocs build --strict -q
