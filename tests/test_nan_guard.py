@@ -282,6 +282,17 @@ def test_fused_loop_honours_on_nonfinite(agent, mode, monkeypatch):
             np.testing.assert_array_equal(a, b)
 
 
+def test_fused_loop_warn_mode_keeps_the_nan_updates_and_says_so(tmp_path, capsys):
+    # Through the command line, so the run's own warning is checked too; that the fused program
+    # keeps a NaN update in 'warn' mode is test_fused_loop_honours_on_nonfinite[sac-warn].
+    out = str(tmp_path / "run")
+    argv = ["sac", "--env", "jax:pendulum", "--num-envs", "4", "--total-steps", "800"]
+    argv += ["--learning-starts", "100", "--eval-every", "400", "--log-every", "200"]
+    argv += ["--checkpoint-every", "400", "--actor-lr", "1e30", "--critic-lr", "1e30"]
+    code, text = _train_out([*argv, *TINY, "--out", out, "--on-nonfinite", "warn"], capsys)
+    _check_mode("warn", code, out, text, pristine=False)
+
+
 def test_host_loop_warn_mode_keeps_the_nan_updates(tmp_path, monkeypatch, capsys):
     out = str(tmp_path / "run")
     _nan_rewards_from(1, monkeypatch)
