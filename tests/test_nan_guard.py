@@ -27,14 +27,14 @@ from jaxrl.loops.logging import read_metrics
 TINY = ["--hidden-dims", "16", "16", "--no-progress", "--no-tensorboard", "--eval-episodes", "1"]
 
 
-def _train(argv, capsys):
-    """``jaxrl train ...``: (exit status, stderr)."""
+def _train(argv, capsys, stream="err"):
+    """``jaxrl train ...``: (exit status, what it wrote to ``stream``, stderr or stdout)."""
     try:
         main(["train", *argv])
         code = 0
     except SystemExit as exit:
         code = exit.code
-    return code, capsys.readouterr().err
+    return code, getattr(capsys.readouterr(), stream)
 
 
 def _checkpoint_steps(out):
@@ -210,16 +210,6 @@ def _check_mode(mode, code, out, capsys_out, pristine):
             np.testing.assert_array_equal(a, b)
 
 
-def _train_out(argv, capsys):
-    """``jaxrl train ...``: (exit status, stdout)."""
-    try:
-        main(["train", *argv])
-        code = 0
-    except SystemExit as exit:
-        code = exit.code
-    return code, capsys.readouterr().out
-
-
 def _nan_rewards_jax(monkeypatch):
     """JAX envs of 2 copies (the training envs; eval has 1) return NaN rewards."""
     from jaxrl.envs.jax_envs import VecEnv
@@ -289,7 +279,7 @@ def test_fused_loop_warn_mode_keeps_the_nan_updates_and_says_so(tmp_path, capsys
     argv = ["sac", "--env", "jax:pendulum", "--num-envs", "4", "--total-steps", "800"]
     argv += ["--learning-starts", "100", "--eval-every", "400", "--log-every", "200"]
     argv += ["--checkpoint-every", "400", "--actor-lr", "1e30", "--critic-lr", "1e30"]
-    code, text = _train_out([*argv, *TINY, "--out", out, "--on-nonfinite", "warn"], capsys)
+    code, text = _train([*argv, *TINY, "--out", out, "--on-nonfinite", "warn"], capsys, "out")
     _check_mode("warn", code, out, text, pristine=False)
 
 
@@ -298,7 +288,7 @@ def test_host_loop_warn_mode_keeps_the_nan_updates(tmp_path, monkeypatch, capsys
     _nan_rewards_from(1, monkeypatch)
     argv = [*HOST[:5], "--total-steps", "200", "--learning-starts", "100"]
     argv += ["--checkpoint-every", "100", "--eval-every", "200", "--log-every", "100"]
-    code, text = _train_out([*argv, *TINY, "--out", out, "--on-nonfinite", "warn"], capsys)
+    code, text = _train([*argv, *TINY, "--out", out, "--on-nonfinite", "warn"], capsys, "out")
     _check_mode("warn", code, out, text, pristine=True)
 
 
@@ -308,7 +298,7 @@ def test_offline_loop_honours_on_nonfinite(mode, tmp_path, capsys):
     out = str(tmp_path / "run")
     argv = ["td3-bc", "--dataset", path, "--total-steps", "100", "--eval-every", "100"]
     argv += ["--log-every", "50", "--checkpoint-every", "50", "--batch-size", "16"]
-    code, text = _train_out([*argv, *TINY, "--out", out, "--on-nonfinite", mode], capsys)
+    code, text = _train([*argv, *TINY, "--out", out, "--on-nonfinite", mode], capsys, "out")
     _check_mode(mode, code, out, text, pristine=False)
 
 
