@@ -334,8 +334,12 @@ class Harness:
             ckpt.save(self.step_offset + self.step, member, meta)
 
     def save_if_stopped(self, state: Any, *metas: dict[str, Any]) -> None:
-        """After the loop: checkpoint ``state`` when a stop signal ended it (resume from there)."""
-        if self.stop.raised:
+        """After the loop: checkpoint ``state`` when a stop signal ended it (resume from there).
+
+        A stop that lands right after a scheduled checkpoint finds this step saved already.
+        """
+        step = self.step_offset + self.step
+        if self.stop.raised and any(c.latest_step() != step for c in self.ckpts):
             self.save(state, *metas)
 
     # -- the end ------------------------------------------------------------------------------

@@ -1,0 +1,383 @@
+"""The results suite: agents x tasks x seeds beside the peer libraries, resumable.
+
+Every run is an ordinary run directory under ``runs/suite/`` (git-ignored), made by one command:
+``jaxrl train`` / ``jaxrl plan`` / ``jaxrl dataset recipe`` for jaxrl, and the scripts in
+``benchmarks/peers/`` for Stable-Baselines-Jax, d3rlpy and brax.training (each in its own
+virtualenv: ``make peers``, ``make peers-brax``). The runs are declared in ``full_suite()`` below;
+their budgets are the table's budgets.
+
+    .venv/bin/python benchmarks/suite.py --list                 # every run and its state
+    .venv/bin/python benchmarks/suite.py --nice                 # run what is unfinished, nice 19
+    .venv/bin/python benchmarks/suite.py --only 'online/Hopper*' # a subset (fnmatch on the name)
+    .venv/bin/python benchmarks/suite.py --report               # only rewrite the tables
+
+Runs go one at a time, in the listed order (datasets before the offline runs that read them).
+Stopping the suite (Ctrl-C, SIGTERM, a killed session) stops the current run at its next
+checkpoint-safe point; running the suite again skips every finished run (its directory holds
+``summary.json``) and resumes the unfinished ones from their checkpoints. After each finished run
+the tables ``benchmarks/results/suite.{md,json}`` and the plots are rewritten (``--commit`` also
+commits them), so a partial suite always has a partial table that says what is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fnmatch
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEERS = os.path.join(ROOT, "benchmarks", "peers")
+VENVS = {  # impl -> python of the virtualenv that runs it (and the make target that creates it)
+    "jaxrl": (sys.executable, "make install"),
+    "sbx-rl": (os.path.join(ROOT, ".venv-peers", "bin", "python"), "make peers"),
+    "d3rlpy": (os.path.join(ROOT, ".venv-peers", "bin", "python"), "make peers"),
+    "brax.training": (os.path.join(ROOT, ".venv-brax", "bin", "python"), "make peers-brax"),
+}
+SEEDS = (0, 1, 2)
+EVAL_EPISODES = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One cell's seed: a command that makes one run directory.
+
+    Attributes:
+        section: the table it belongs to (``online``, ``ppo``, ``datasets``, ``offline``, ``o2o``,
+            ``planners``).
+        task: the env id or dataset name of its row.
+        impl: ``jaxrl`` or the peer library.
+        agent: the agent (the peer's run is named after the jaxrl agent it stands beside).
+        seed: the seed.
+        budget: env steps (online), gradient steps (offline) or episodes (planning).
+        unit: what ``budget`` counts.
+        args: the command's arguments after the program (``{out}`` becomes the run directory,
+            ``{root}`` the suite's directory).
+        needs: names of runs that must finish first (the datasets an offline run reads).
+    """
+
+    section: str
+    task: str
+    impl: str
+    agent: str
+    seed: int
+    budget: int
+    unit: str
+    args: tuple[str, ...]
+    needs: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """``section/task/impl-agent/sSEED``: the run directory below the suite's root."""
+        return f"{self.section}/{self.task}/{self.impl}-{self.agent}/s{self.seed}"
+
+    def command(self, root: str) -> list[str]:
+        """The full command line, with the virtualenv's python and the paths filled in."""
+        out = os.path.join(root, self.name)
+        return [VENVS[self.impl][0], *(a.format(out=out, root=root) for a in self.args)]
+
+
+def _train(agent: str, env: str, seed: int, steps: int, every: int, *extra: str,
+           episodes: int = EVAL_EPISODES) -> tuple:  # fmt: skip
+    """``jaxrl train`` of one run ({out} is filled in later, so paths may hold spaces)."""
+    line = (
+        f"-m jaxrl.cli train {agent} --env {env} --seed {seed} --total-steps {steps} "
+        f"--eval-every {every} --eval-episodes {episodes} --out {{out}} --no-progress "
+        "--no-tensorboard"
+    )
+    return (*line.split(), *extra)
+
+
+def _peer(script: str, seed: int, steps: int, every: int, *extra: str) -> tuple:
+    """A peer script of ``benchmarks/peers`` (same options as its docstring's contract)."""
+    line = f"--out {{out}} --seed {seed} --steps {steps} --eval-every {every}"
+    return (
+        os.path.join(PEERS, script),
+        *line.split(),
+        "--eval-episodes",
+        str(EVAL_EPISODES),
+        *extra,
+    )
+
+
+# Budgets (the tables state them). Online: the issue's 100k env steps. Offline: gradient steps per
+# agent, chosen so that one run takes at most about an hour on 2 CPU cores (the papers train 1M;
+# CQL's 3x10 sampled actions per update make it ~30x slower than IQL here).
+ONLINE_STEPS = 100_000
+ONLINE_TASKS = ("HalfCheetah-v5", "Hopper-v5")
+EPISODIC = ("Hopper-v5",)  # tasks whose episodes terminate
+EXPERT_STEPS = 300_000  # the SAC expert behind each generated dataset
+DATASET_STEPS = 200_000  # transitions of each medium dataset (D4RL: 1M)
+OFFLINE_STEPS = {
+    "bc": 100_000,
+    "td3-bc": 100_000,
+    "iql": 100_000,
+    "fql": 100_000,
+    "rebrac": 50_000,
+    "idql": 50_000,
+    "diffusion-ql": 30_000,
+    "cql": 20_000,
+}
+OFFLINE_TASKS = (("hopper-medium", "Hopper-v5"), ("halfcheetah-medium-replay", "HalfCheetah-v5"))
+D3RLPY = ("bc", "td3-bc", "cql", "iql")
+O2O_OFFLINE, O2O_ONLINE = 20_000, 25_000
+PPO_TASKS = {"brax:inverted_pendulum": 1_000_000, "brax:hopper": 3_000_000}
+PETS_STEPS = 5_000
+PLAN_TASKS = ("jax:pendulum", "brax:inverted_pendulum")
+PLAN_EPISODES = 5
+
+
+def _dataset_path(name: str) -> str:
+    env_dir = {d: e for d, e in OFFLINE_TASKS} | {"hopper-medium-replay": "Hopper-v5"}
+    kind = name.split("-", 1)[1]
+    return os.path.join("{root}", "datasets", env_dir[name], "jaxrl-recipe", "s0", f"{kind}.hdf5")
+
+
+def _dataset_run(env: str) -> Run:
+    args = (
+        "-m",
+        "jaxrl.cli",
+        "dataset",
+        "recipe",
+        "--env",
+        env,
+        "--out",
+        "{out}",
+        "--seed",
+        "0",
+        "--expert-steps",
+        str(EXPERT_STEPS),
+        "--dataset-steps",
+        str(DATASET_STEPS),
+        "--kinds",
+        "medium",
+        "medium-replay",
+    )
+    return Run("datasets", env, "jaxrl", "recipe", 0, EXPERT_STEPS, "expert env steps", args)
+
+
+# fmt: off
+# The declarative table: one line (or a few) per cell, kept in this layout on purpose.
+def cell(section: str, task: str, impl: str, agent: str, budget: int, unit: str,
+         args: Callable[[int], tuple], needs: tuple[str, ...] = ()) -> list[Run]:
+    """One table cell: a run per seed in ``SEEDS``, ``args(seed)`` its command."""
+    return [Run(section, task, impl, agent, s, budget, unit, args(s), needs) for s in SEEDS]
+
+
+def full_suite() -> list[Run]:
+    """Every run of the results table, in the order the suite runs them (a cell at a time)."""
+    datasets = {env: _dataset_run(env) for env in ("Hopper-v5", "HalfCheetah-v5")}
+    runs: list[Run] = list(datasets.values())  # first: 84 runs read them
+    for env in ONLINE_TASKS:
+        for agent in ("sac", "td3"):
+            runs += cell("online", env, "jaxrl", agent, ONLINE_STEPS, "env steps",
+                         lambda s, a=agent, e=env: _train(a, e, s, ONLINE_STEPS, 5_000))
+            runs += cell("online", env, "sbx-rl", agent, ONLINE_STEPS, "env steps",
+                         lambda s, a=agent, e=env: _peer("suite_sbx.py", s, ONLINE_STEPS, 5_000,
+                                                         "--algo", a, "--env", e))
+        # TD-MPC2 at its named CPU size; a task whose episodes terminate trains episodic.
+        extra = ("--model-size", "cpu", *(("--episodic",) if env in EPISODIC else ()))
+        runs += cell("online", env, "jaxrl", "tdmpc2", ONLINE_STEPS, "env steps",
+                     lambda s, e=env, x=extra: _train("tdmpc2", e, s, ONLINE_STEPS, 5_000, *x))
+    for name, env in OFFLINE_TASKS:
+        data, need = _dataset_path(name), (datasets[env].name,)
+        for agent, n in OFFLINE_STEPS.items():
+            runs += cell("offline", name, "jaxrl", agent, n, "gradient steps",
+                         lambda s, a=agent, e=env, n=n, d=data: _train(a, e, s, n, n // 10,
+                                                                       "--dataset", d), need)
+            if agent in D3RLPY:
+                runs += cell("offline", name, "d3rlpy", agent, n, "gradient steps",
+                             lambda s, a=agent, e=env, n=n, d=data: _peer(
+                                 "suite_d3rlpy.py", s, n, n // 10, "--algo", a, "--dataset", d,
+                                 "--env", e), need)
+    data, need = _dataset_path("hopper-medium-replay"), (datasets["Hopper-v5"].name,)
+    phases = ("--offline-steps", str(O2O_OFFLINE), "--online-steps", str(O2O_ONLINE))
+    o2o = {"rlpd": ("--total-steps", str(O2O_ONLINE)), "cal-ql": phases, "iql": phases,
+           "sac": ("--offline-steps", "0", "--online-steps", str(O2O_ONLINE))}
+    for agent, extra in o2o.items():
+        runs += cell("o2o", "hopper-medium-replay", "jaxrl", agent, O2O_ONLINE, "online env steps",
+                     lambda s, a=agent, x=extra: _train(a, "Hopper-v5", s, O2O_ONLINE, 2_500,
+                                                        "--dataset", data, *x), need)
+    for env, n in PPO_TASKS.items():
+        runs += cell("ppo", env, "jaxrl", "ppo", n, "env steps",
+                     lambda s, e=env, n=n: _train("ppo", e, s, n, n // 10, "--num-envs", "64"))
+        runs += cell("ppo", env, "brax.training", "ppo", n, "env steps",
+                     lambda s, e=env, n=n: _peer("suite_brax.py", s, n, n // 10, "--env",
+                                                 e.split(":", 1)[1], "--num-envs", "64"))
+    runs += cell("planners", "InvertedPendulum-v5", "jaxrl", "pets", PETS_STEPS, "env steps",
+                 lambda s: _train("pets", "InvertedPendulum-v5", s, PETS_STEPS, 500))
+    for env in PLAN_TASKS:
+        runs += cell("planners", env, "jaxrl", "mppi", PLAN_EPISODES, "episodes",
+                     lambda s, e=env: ("-m", "jaxrl.cli", "plan", "--env", e, "--episodes",
+                                       str(PLAN_EPISODES), "--seed", str(s), "--out", "{out}",
+                                       "--method", "mppi"))
+    return runs
+
+
+def smoke_suite() -> list[Run]:
+    """Two tiny runs on the pure-JAX pendulum (the test of the suite's stop and resume)."""
+    tiny = ("--num-envs", "1", "--learning-starts", "100", "--hidden-dims", "32", "32")
+    return [
+        Run("online", "jax:pendulum", "jaxrl", agent, 0, n, "env steps",
+            _train(agent, "jax:pendulum", 0, n, 500, *tiny, episodes=2))
+        for agent, n in (("sac", 500), ("td3", 3_000))
+    ]
+# fmt: on
+
+
+SUITES: dict[str, Callable[[], list[Run]]] = {"full": full_suite, "smoke": smoke_suite}
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def state(run: Run, root: str, done: set[str]) -> tuple[str, str]:
+    """``(state, detail)`` of a run: done, partial, blocked, no-venv or pending."""
+    out = os.path.join(root, run.name)
+    summary = _read_json(os.path.join(out, "summary.json"))
+    if summary is not None and summary.get("completed", True):
+        return "done", f"{summary.get('wall_clock_s', 0.0):.0f} s"
+    missing = [n for n in run.needs if n not in done]
+    if missing:
+        return "blocked", "needs " + ", ".join(missing)
+    if not os.path.exists(VENVS[run.impl][0]):
+        return "no-venv", f"needs `{VENVS[run.impl][1]}`"
+    if os.path.isdir(out):
+        return "partial", f"at step {_last_step(out)} of {run.budget}"
+    return "pending", ""
+
+
+def _last_step(out: str) -> int:
+    try:
+        with open(os.path.join(out, "metrics.csv")) as f:
+            rows = f.read().splitlines()
+        col = rows[0].split(",").index("step")
+        return max(int(float(r.split(",")[col])) for r in rows[1:] if r)
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def finished(runs: list[Run], root: str) -> set[str]:
+    """Names of the runs whose directories hold a completed ``summary.json``."""
+    done: set[str] = set()
+    for run in runs:  # in order, so that a run's needs are settled before it
+        if state(run, root, done)[0] == "done":
+            done.add(run.name)
+    return done
+
+
+class Stop(Exception):
+    """The suite was asked to stop (SIGINT / SIGTERM); the current run saved its state."""
+
+
+def execute(run: Run, root: str, log: Callable[[str], None]) -> int:
+    """Run one command to its end (or to a stop); stdout and stderr go to ``DIR.log``."""
+    out = os.path.join(root, run.name)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    log(f"start {run.name}")
+    t0 = time.time()
+    with open(out + ".log", "a") as f:
+        f.write(f"\n$ {' '.join(run.command(root))}\n")
+        f.flush()
+        child = subprocess.Popen(run.command(root), stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+        stopping: list[int] = []
+
+        def forward(signum: int, _frame: object) -> None:
+            stopping.append(signum)  # jaxrl saves a checkpoint on SIGTERM/SIGINT and exits
+            child.send_signal(signal.SIGTERM)
+
+        old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            rc = child.wait()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+    log(f"end {run.name} rc={rc} {time.time() - t0:.0f}s")
+    if stopping:
+        raise Stop
+    return rc
+
+
+def _commit(paths: list[str], message: str) -> None:
+    subprocess.run(["git", "add", "--", *paths], cwd=ROOT, check=False)
+    subprocess.run(["git", "commit", "-q", "-m", message, "--", *paths], cwd=ROOT, check=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the options, then list, report or run the suite."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--suite", choices=sorted(SUITES), default="full")
+    p.add_argument("--root", default=os.path.join(ROOT, "runs", "suite"), help="run directories")
+    p.add_argument("--results", default=os.path.join(ROOT, "benchmarks", "results"))
+    p.add_argument("--only", action="append", default=[], help="fnmatch pattern on run names")
+    p.add_argument("--list", action="store_true", help="print each run's state and exit")
+    p.add_argument("--report", action="store_true", help="only rewrite the tables and plots")
+    p.add_argument("--nice", action="store_true", help="run at the lowest CPU priority (19)")
+    p.add_argument("--commit", action="store_true", help="git-commit the tables after each run")
+    p.add_argument("--max-runs", type=int, default=None, help="stop after this many runs")
+    a = p.parse_args(argv)
+    from suite_report import write_report  # benchmarks/ is on sys.path when run as a script
+
+    root = os.path.abspath(a.root)
+    runs = SUITES[a.suite]()
+    chosen = [r for r in runs if not a.only or any(fnmatch.fnmatch(r.name, o) for o in a.only)]
+    if not chosen:
+        p.error(f"--only {a.only} matches none of the {len(runs)} runs (see --list)")
+    done = finished(runs, root)
+    if a.list:
+        for r in chosen:
+            st, detail = state(r, root, done)
+            print(f"{st:8} {r.name:58} {r.budget:>9,} {r.unit:16} {detail}")
+        print(f"{sum(r.name in done for r in chosen)}/{len(chosen)} runs done")
+        return 0
+    if a.report:
+        print("\n".join(write_report(runs, root, a.results, a.suite)))
+        return 0
+    if a.nice:
+        os.nice(19)
+    os.makedirs(root, exist_ok=True)
+
+    def log(msg: str) -> None:
+        with open(os.path.join(root, "suite.log"), "a") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}\n")
+        print(msg, flush=True)
+
+    count = 0
+    for r in chosen:
+        st, detail = state(r, root, done)
+        if st in ("done", "blocked", "no-venv"):
+            if st != "done":
+                log(f"skip {r.name}: {detail}")
+            continue
+        if a.max_runs is not None and count >= a.max_runs:
+            break
+        count += 1
+        try:
+            rc = execute(r, root, log)
+        except Stop:
+            log("stopped: rerun the same command to continue")
+            return 130
+        if state(r, root, done)[0] == "done":
+            done.add(r.name)
+            written = write_report(runs, root, a.results, a.suite)
+            if a.commit:
+                _commit(written, f"benchmarks/results/suite: {r.name} finished")
+        else:
+            log(f"failed {r.name} (exit {rc}); see {os.path.join(root, r.name)}.log")
+    write_report(runs, root, a.results, a.suite)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

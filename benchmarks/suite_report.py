@@ -1,0 +1,260 @@
+"""Tables and plots of the results suite (``benchmarks/suite.py``), from its run directories.
+
+A cell is one (section, task, library, agent) with its seeds. Its figures come from each finished
+run's ``summary.json``: the final evaluation's mean return (``EVAL_EPISODES`` deterministic
+episodes), the D4RL-normalized score where the task has references, and the wall time. A cell
+with fewer finished seeds than declared says so; nothing missing is filled in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import tempfile
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+SECTIONS = {
+    "online": "Online, Gymnasium MuJoCo",
+    "ppo": "PPO in the fused loop, Brax (MJX)",
+    "datasets": "Datasets (generated the D4RL way)",
+    "offline": "Offline",
+    "o2o": "Offline-to-online",
+    "planners": "Planners",
+}
+PEER_CHECK = "jaxrl mean >= peer mean - peer std"
+
+
+def _json(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def collect(runs: list, root: str) -> list[dict[str, Any]]:
+    """One dict per cell: its runs' final returns, normalized scores and wall times."""
+    cells: dict[tuple, dict[str, Any]] = {}
+    for r in runs:
+        key = (r.section, r.task, r.impl, r.agent)
+        cell = cells.setdefault(
+            key,
+            {
+                "section": r.section,
+                "task": r.task,
+                "impl": r.impl,
+                "agent": r.agent,
+                "budget": r.budget,
+                "unit": r.unit,
+                "seeds": [],
+                "returns": [],
+                "normalized": [],
+                "wall_s": [],
+                "dirs": [],
+                "missing": [],
+            },
+        )
+        out = os.path.join(root, r.name)
+        summary = _json(os.path.join(out, "summary.json"))
+        if summary is None or not summary.get("completed", True):
+            cell["missing"].append(r.seed)
+            continue
+        cell["seeds"].append(r.seed)
+        cell["dirs"].append(out)
+        cell["wall_s"].append(float(summary.get("wall_clock_s") or 0.0))
+        if r.section == "datasets":
+            cell["manifest"] = _json(os.path.join(out, "manifest.json"))
+            continue
+        cell["returns"].append(float(summary["final_eval_return_mean"]))
+        score = summary.get("normalized_score")
+        cell["normalized"].append(None if score is None else float(score))
+    for cell in cells.values():
+        rets = np.array(cell["returns"])
+        cell["mean"] = float(rets.mean()) if len(rets) else None
+        cell["std"] = float(rets.std()) if len(rets) else None
+        scores = [s for s in cell["normalized"] if s is not None]
+        cell["normalized_mean"] = float(np.mean(scores)) if scores else None
+    _peer_checks(list(cells.values()))
+    return list(cells.values())
+
+
+def _peer_checks(cells: list[dict[str, Any]]) -> None:
+    """Mark each jaxrl cell that has a peer beside it: is its mean within one peer std?"""
+    peers = {(c["section"], c["task"], c["agent"]): c for c in cells if c["impl"] != "jaxrl"}
+    for c in cells:
+        p = peers.get((c["section"], c["task"], c["agent"]))
+        if c["impl"] != "jaxrl" or p is None:
+            continue
+        if c["missing"] or p["missing"]:
+            c["vs_peer"] = "incomplete"
+        else:
+            ok = c["mean"] >= p["mean"] - p["std"]
+            c["vs_peer"] = "ok" if ok else "below: see the diagnosis"
+        c["peer"] = p["impl"]
+
+
+def _fmt(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def _rows(cells: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| task | library | agent | seeds | return (mean ± std) | per seed | normalized | "
+        f"budget | wall per run | {PEER_CHECK} |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        n, total = len(c["seeds"]), len(c["seeds"]) + len(c["missing"])
+        per_seed = ", ".join(
+            f"s{s}: {v:,.0f}" for s, v in zip(c["seeds"], c["returns"], strict=True)
+        )
+        ret = "not run yet" if not n else f"{c['mean']:,.1f} ± {c['std']:,.1f}"
+        wall = f"{np.mean(c['wall_s']) / 60:.0f} min" if c["wall_s"] else "-"
+        lines.append(
+            f"| {c['task']} | {c['impl']} | {c['agent']} | {n}/{total} | {ret} | {per_seed or '-'}"
+            f" | {_fmt(c['normalized_mean'])} | {c['budget']:,} {c['unit']} | {wall} | "
+            f"{c.get('vs_peer', '')} |"
+        )
+    return lines
+
+
+def _dataset_rows(cells: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| env | expert budget | random return | expert return | medium step | file | "
+        "transitions | return | sha256 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        m = c.get("manifest")
+        if not m:
+            lines.append(f"| {c['task']} | {c['budget']:,} | not made yet | | | | | | |")
+            continue
+        for f in m.get("files", []):
+            lines.append(
+                f"| {c['task']} | {m.get('expert_steps', c['budget']):,} | "
+                f"{_fmt(m.get('ref_min_return'))} | {_fmt(m.get('ref_max_return'))} | "
+                f"{m.get('medium_step', '-')} | {f.get('kind')} | {f.get('transitions', '-'):,} | "
+                f"{_fmt(f.get('return_mean'))} | `{str(f.get('sha256', ''))[:16]}` |"
+            )
+    return lines
+
+
+def _plots(cells: list[dict[str, Any]], results: str) -> list[str]:
+    """Per-task learning curves (``jaxrl plot``) and, per section, IQM across tasks."""
+    from jaxrl.analysis.curves import plot_runs
+
+    written = []
+    tasks: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for c in cells:
+        if c["section"] != "datasets":
+            tasks[(c["section"], c["task"])] += c["dirs"]
+    for (section, task), dirs in sorted(tasks.items()):
+        if not dirs:
+            continue
+        png = os.path.join(results, f"suite_{section}_{task.replace(':', '-')}.png")
+        with tempfile.TemporaryDirectory() as tmp:
+            made = plot_runs(dirs, os.path.join(tmp, "curves.png"))
+            shutil.copyfile(made["png"], png)
+        written.append(png)
+    for section in SECTIONS:
+        png = _iqm_plot([c for c in cells if c["section"] == section], section, results)
+        if png:
+            written.append(png)
+    return written
+
+
+def _iqm_plot(cells: list[dict[str, Any]], section: str, results: str) -> str | None:
+    """IQM of the normalized scores over tasks x seeds, with 95% bootstrap CIs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from jaxrl.analysis.stats import bootstrap_ci, iqm
+
+    scores: dict[str, list[float]] = defaultdict(list)
+    for c in cells:
+        scores[f"{c['impl']} {c['agent']}"] += [s for s in c["normalized"] if s is not None]
+    scores = {k: v for k, v in scores.items() if v}
+    if not scores:
+        return None
+    labels = sorted(scores)
+    stats = [bootstrap_ci(np.array(scores[k]), iqm, n_boot=2000, seed=0) for k in labels]
+    fig, ax = plt.subplots(figsize=(6, 0.45 * len(labels) + 1.2))
+    y = np.arange(len(labels))
+    pts = np.array([s[0] for s in stats])
+    err = np.array([[s[0] - s[1], s[2] - s[0]] for s in stats]).T
+    ax.barh(y, pts, xerr=err, color="tab:blue", alpha=0.7, capsize=3)
+    ax.set_yticks(y, [f"{k} (n={len(scores[k])})" for k in labels])
+    ax.set_xlabel("normalized score, IQM over tasks x seeds (95% bootstrap CI)")
+    ax.set_title(SECTIONS[section])
+    fig.tight_layout()
+    png = os.path.join(results, f"suite_iqm_{section}.png")
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return png
+
+
+def write_report(runs: list, root: str, results: str, suite: str) -> list[str]:
+    """Write ``suite.md``, ``suite.json`` and the plots into ``results``; return their paths."""
+    cells = collect(runs, root)
+    os.makedirs(results, exist_ok=True)
+    stem = "suite" if suite == "full" else f"suite_{suite}"
+    done = sum(len(c["seeds"]) for c in cells)
+    total = done + sum(len(c["missing"]) for c in cells)
+    hours = sum(sum(c["wall_s"]) for c in cells) / 3600
+    lines = [
+        "# Results: jaxrl beside the peer libraries",
+        "",
+        f"{done} of {total} runs finished ({hours:.1f} wall-clock hours so far on "
+        f"{os.cpu_count()} CPU cores, {hours * (os.cpu_count() or 1):.1f} CPU-hours). Machine: "
+        f"{_cpu()}, no GPU. Every figure comes from a run directory made by "
+        "`benchmarks/suite.py`; a cell with fewer seeds than declared is incomplete, never "
+        "filled in. Return: the final evaluation's mean over 10 deterministic episodes; "
+        "normalized: D4RL's score (the generated datasets' own random and expert returns).",
+        "",
+    ]
+    for section, title in SECTIONS.items():
+        part = [c for c in cells if c["section"] == section]
+        if not part:
+            continue
+        lines += [f"## {title}", ""]
+        lines += _dataset_rows(part) if section == "datasets" else _rows(part)
+        png = f"suite_iqm_{section}.png"
+        lines.append("")
+        if suite == "full" and any(c["normalized_mean"] is not None for c in part):
+            lines += [f"![IQM of the normalized scores]({png})", ""]
+        for task in dict.fromkeys(c["task"] for c in part if c["dirs"]):
+            if section != "datasets" and suite == "full":
+                lines += [f"![{task}](suite_{section}_{task.replace(':', '-')}.png)", ""]
+    lines += [
+        "Rerun one cell (it resumes; finished runs are skipped): "
+        "`.venv/bin/python benchmarks/suite.py --only 'online/Hopper-v5/jaxrl-sac/*'`; "
+        "`--list` shows every run's state.",
+        "",
+    ]
+    md, js = os.path.join(results, f"{stem}.md"), os.path.join(results, f"{stem}.json")
+    with open(md + ".tmp", "w") as f:
+        f.write("\n".join(lines))
+    os.replace(md + ".tmp", md)
+    with open(js + ".tmp", "w") as f:
+        json.dump({"cpu": _cpu(), "cores": os.cpu_count(), "cells": cells}, f, indent=1)
+    os.replace(js + ".tmp", js)
+    plots = _plots(cells, results) if suite == "full" else []
+    return [md, js, *plots]
