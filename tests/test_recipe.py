@@ -1,8 +1,9 @@
 """``jaxrl dataset recipe`` (``jaxrl.run.recipe``): D4RL's datasets from one expert SAC run.
 
-One tiny recipe on Pendulum-v1 (400 env steps, an evaluation every 100) is made once per module;
-the tests check it against its own run directory, remake it elsewhere (same bytes), rerun it in
-place (nothing retrained or rewritten) and drive it from the command line.
+One tiny recipe on InvertedPendulum-v5 (400 env steps, an evaluation every 100) is made once per
+module; the tests check it against its own run directory, remake it elsewhere from a run killed
+halfway (same bytes), rerun it in place (nothing retrained or rewritten) and drive a Pendulum-v1
+recipe from the command line.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from jaxrl.cli import main
 from jaxrl.data import load_dataset
 from jaxrl.run.recipe import EXPERT_DIR, d4rl_recipe, eval_curve, medium_point
 
+ENV = "InvertedPendulum-v5"  # MuJoCo: a checkpoint holds the simulator state (exact resume)
 STEPS = 400
 KINDS = ("medium", "medium-replay", "expert", "medium-expert")
 OPTIONS = dict(
@@ -33,7 +35,7 @@ OPTIONS = dict(
 
 
 def _recipe(out: str) -> dict:
-    return d4rl_recipe("Pendulum-v1", out, STEPS, **OPTIONS)
+    return d4rl_recipe(ENV, out, STEPS, **OPTIONS)
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +104,16 @@ def test_recipe_follows_d4rl_from_its_own_run(made):
     )
 
 
-def test_recipe_is_deterministic(made, tmp_path):
+def test_recipe_is_deterministic_and_resumes_a_killed_expert_run(made, tmp_path):
+    from jaxrl.run.recipe import expert_config
+    from jaxrl.run.train import train
+
     out, manifest = made
-    again = _recipe(str(tmp_path / "again"))
+    # A recipe killed halfway through training: its expert run holds steps 100 and 200.
+    again = str(tmp_path / "again")
+    cfg = expert_config(ENV, os.path.join(again, EXPERT_DIR), STEPS // 2, 3, 100, 2)
+    train("sac", cfg, OPTIONS["agent_config"])
+    again = _recipe(again)
     assert again == manifest  # every file's sha256 included
     assert {k: v["sha256"] for k, v in again["files"].items()} == {
         k: _sha256(os.path.join(out, v["path"])) for k, v in manifest["files"].items()

@@ -27,7 +27,8 @@ Choices, stated once:
 
 Rerunning the same call resumes: a finished expert run is not touched, and a file whose
 recorded recipe matches is kept (files are written atomically, so an existing one is complete).
-Everything is seeded: the same call gives files with the same sha256.
+Everything is seeded: the same call gives files with the same sha256 (after a resume too, on
+MuJoCo envs, whose checkpoints hold the simulator state).
 """
 
 from __future__ import annotations
