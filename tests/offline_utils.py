@@ -14,6 +14,10 @@ seed and the machine (3,300 to 8,700 steps over seeds 0-4) and happens within a 
 steps, and in that stretch the stochastic and deterministic returns of one policy differ by up
 to 150. Measured on seed 0: data scoring 28-32 held so few swing-ups that IQL, IDQL, FQL and
 TD3+BC could not improve on it; data scoring 82 left too small a gap to the expert for FQL.
+This is a variant of ``jaxrl dataset recipe`` (``jaxrl.run.recipe``, which it shares
+``eval_curve`` with), not a copy: the recipe trains on the Gymnasium env in the host loop and
+takes D4RL's point, the evaluation nearest a third; these data need the fused loop (12,000
+steps, evaluated every 64) and the halfway point measured stochastically.
 ``jaxrl.run.collect`` rolls the policies out on Pendulum-v1 and writes D4RL-format files,
 which are read back with ``load_dataset``. Everything is seeded; it runs once per cache key
 (~2-3 min on 2 cores).
@@ -26,7 +30,6 @@ which are read back with ``load_dataset``. Everything is seeded; it runs once pe
 from __future__ import annotations
 
 import contextlib
-import csv
 import fcntl
 import functools
 import json
@@ -46,6 +49,7 @@ from jaxrl.envs import make_env
 from jaxrl.loops import TrainConfig, prepare_run_dir, run_config, train_fused
 from jaxrl.loops.evaluation import evaluate
 from jaxrl.run.collect import collect, policy_return, rollout
+from jaxrl.run.recipe import eval_curve
 from jaxrl.run.runs import load_run, make_jax_envs
 from jaxrl.types import Transition
 
@@ -122,13 +126,6 @@ def _locked():
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def eval_curve(run_dir: str) -> dict[int, float]:
-    """``{step: eval_return}`` of a run directory's evaluation points."""
-    with open(os.path.join(run_dir, "metrics.csv")) as f:
-        rows = [r for r in csv.DictReader(f) if r["eval_return"]]
-    return {int(r["step"]): float(r["eval_return"]) for r in rows}
 
 
 def medium_candidates(curve: dict[int, float], target: float) -> list[int]:

@@ -133,6 +133,7 @@ def test_help_lists_every_registered_agent(capsys):
         ["finetune", "--help"],
         ["eval", "--help"],
         ["dataset", "collect", "--help"],
+        ["dataset", "recipe", "--help"],
         ["dataset", "info", "--help"],
         ["plot", "--help"],
         ["export", "--help"],

@@ -25,6 +25,8 @@ USAGE = """usage: jaxrl {{train,finetune,eval,dataset,sweep,plot,plan,export}} .
                     a sweep's best_config.json); options after it override them
   jaxrl finetune DIR --online-steps M [--offline-ratio R]   continue an offline run online
   jaxrl dataset collect --env ENV --policy RUN_DIR --kind KIND --steps N --out FILE.hdf5
+  jaxrl dataset recipe --env ENV --out DIR [--expert-steps N] [--seed S] [--kinds K ...]
+                    train a SAC expert, write D4RL's medium/medium-replay/expert/medium-expert
   jaxrl dataset info FILE [--env ENV]   size, episodes, returns, reference scores
   jaxrl eval DIR [--episodes N]      print one JSON line with the evaluation return
   jaxrl plot DIR [DIR ...] [--out PREFIX|FILE.png] [--boot N] [--seed S]

@@ -1,4 +1,8 @@
-"""``jaxrl dataset collect ...`` (write a D4RL-format file) and ``jaxrl dataset info FILE``."""
+"""``jaxrl dataset collect|recipe|info``: write a D4RL-format file, make D4RL's datasets, inspect.
+
+``collect`` rolls out a policy run into one file; ``recipe`` trains a SAC expert and writes the
+D4RL kinds from its run (``jaxrl.run.recipe``); ``info FILE`` prints a dataset's statistics.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Annotated, Literal
 
 import tyro
 
-from jaxrl.cli.common import guard, parse
+from jaxrl.cli.common import EXIT_DIVERGED, EXIT_STOPPED, guard, parse
 from jaxrl.run.collect import KINDS
 
 
@@ -41,6 +45,32 @@ class CollectArgs:
 
 
 @dataclasses.dataclass(frozen=True)
+class RecipeArgs:
+    """Train a SAC expert and write D4RL's datasets from its run (resumes; deterministic)."""
+
+    env: str
+    """Gymnasium env id, e.g. Hopper-v5"""
+    out: str
+    """output directory: the expert run, the .hdf5 files and manifest.json"""
+    expert_steps: int = 1_000_000
+    """environment steps of the expert SAC run"""
+    seed: int = 0
+    """seed of the expert run (the rollouts use seed+1, seed+2, ...)"""
+    kinds: tuple[str, ...] = ("medium", "medium-replay")
+    """datasets to write: medium, medium-replay, expert, medium-expert, random"""
+    dataset_steps: int = 1_000_000
+    """transitions of each rolled-out dataset (each half of medium-expert)"""
+    eval_every: int = 10_000
+    """steps between the expert's evaluations (the medium candidates)"""
+    eval_episodes: int = 10
+    """episodes per evaluation"""
+    ref_episodes: int = 50
+    """episodes measuring the uniform random policy's return"""
+    progress: bool = True
+    """show the training progress bar"""
+
+
+@dataclasses.dataclass(frozen=True)
 class InfoArgs:
     """Size, episodes, returns and reference scores of a dataset."""
 
@@ -52,12 +82,13 @@ class InfoArgs:
 
 Action = (
     Annotated[CollectArgs, tyro.conf.subcommand("collect")]
+    | Annotated[RecipeArgs, tyro.conf.subcommand("recipe")]
     | Annotated[InfoArgs, tyro.conf.subcommand("info")]
 )
 
 
 def run(argv: list[str]) -> None:
-    """Parse ``argv`` and collect a dataset or print a dataset's info as JSON."""
+    """Parse ``argv``; collect a dataset, run the recipe, or print a dataset's info as JSON."""
     from jaxrl.data import load_dataset
 
     a = parse(Action, argv, "jaxrl dataset", "Make D4RL-format datasets and inspect datasets.")
@@ -65,7 +96,27 @@ def run(argv: list[str]) -> None:
         info = guard(lambda: load_dataset(a.dataset, a.env).info())
         print(json.dumps(info, indent=2, default=str))
         return
+    if isinstance(a, RecipeArgs):
+        run_recipe(a)
+        return
     guard(lambda: collect_dataset(a))
+
+
+def run_recipe(a: RecipeArgs) -> None:
+    """Run ``d4rl_recipe`` and print its manifest as JSON.
+
+    A stopped expert run exits as ``jaxrl train`` does; the same command resumes it.
+    """
+    from jaxrl.run.recipe import TrainingStopped, d4rl_recipe
+
+    options = dataclasses.asdict(a)  # the fields are d4rl_recipe's arguments
+    env_id = options.pop("env")
+    try:
+        manifest = guard(lambda: d4rl_recipe(env_id, **options))
+    except TrainingStopped as stop:
+        diverged = stop.summary.get("status") == "diverged"
+        raise SystemExit(EXIT_DIVERGED if diverged else EXIT_STOPPED) from None
+    print(json.dumps(manifest, indent=2))
 
 
 def collect_dataset(a: CollectArgs) -> None:

@@ -125,14 +125,15 @@ def default_out(agent_name: str, cfg: TrainConfig) -> str:
     return os.path.join("runs", name.replace(":", "_"))
 
 
-def prepare_run_dir(out: str, config: dict[str, Any]) -> None:
+def prepare_run_dir(out: str, config: dict[str, Any], check_only: bool = False) -> None:
     """Create ``out`` and write ``config.json``; refuse to resume a run with another config.
 
     When ``out`` already holds a run with the same settings (budgets such as ``total_steps``
     may differ), its ``config.json`` is left as it is and the new one is written beside it as
     ``config.pending.json``; the loop's resume replaces ``config.json`` with it once the
     newest checkpoint has been restored (``commit_run_config``), so a resume that fails leaves
-    the run's record unchanged.
+    the run's record unchanged. ``check_only`` refuses another config but writes nothing (a
+    caller that leaves a finished run alone).
     """
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "config.json")
@@ -169,6 +170,8 @@ def prepare_run_dir(out: str, config: dict[str, Any]) -> None:
                 f"{out} holds a run with a different configuration ({section}: {changes}). Use "
                 "a new --out directory, or the same options as before to resume."
             )
+    if check_only:
+        return
     if old != config:
         write_json(os.path.join(out, PENDING), config)
     elif os.path.exists(os.path.join(out, PENDING)):  # left by an earlier resume that failed

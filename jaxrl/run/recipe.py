@@ -1,0 +1,391 @@
+"""The D4RL dataset recipe in one call: train the expert, pick the medium point, write the files.
+
+D4RL (Fu et al., 2020, sec. 5) made its locomotion datasets from one SAC training run:
+*expert* rolls out the final policy, *medium* the policy early-stopped at about a third of the
+expert's performance, *medium-replay* is that run's replay buffer up to the medium point and
+*medium-expert* concatenates medium and expert data; both policies act stochastically.
+``d4rl_recipe`` (``jaxrl dataset recipe``) does all of it into one directory::
+
+    OUT/expert_sac/            an ordinary `jaxrl train sac` run directory (resumable)
+    OUT/<env>-<kind>.hdf5      one D4RL-format file per kind
+    OUT/manifest.json          what was made, from what, with every file's sha256
+
+Choices, stated once:
+
+- The expert return is the *final* evaluation return of the expert run (its ``metrics.csv``;
+  deterministic policy, ``eval_episodes`` episodes), as D4RL's expert is the end of training.
+- The random return is the mean return of a uniform random policy (``ref_episodes`` episodes).
+- The medium point is the evaluation before the end whose return is nearest
+  ``random + (expert - random) / 3``: normalized score 33.3, i.e. one third of the expert's
+  return when the random return is 0 (locomotion) and still between the two when returns are
+  negative (Pendulum). Ties go to the earlier step.
+- The expert run checkpoints at every evaluation and keeps them all (``max_to_keep`` covers
+  every evaluation point), so the medium policy and its replay buffer are read from the
+  checkpoint of the chosen point, never retrained. Each checkpoint holds the replay buffer.
+- Every file stores the random and expert returns as its reference returns, so
+  ``jaxrl dataset info`` reports normalized scores against this expert.
+
+Rerunning the same call resumes: a finished expert run is not touched, and a file whose
+recorded recipe matches is kept (files are written atomically, so an existing one is complete).
+Everything is seeded: the same call gives files with the same sha256 (after a resume too, on
+MuJoCo envs, whose checkpoints hold the simulator state).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+from jaxrl.agents import SACConfig
+from jaxrl.data import Dataset, load_dataset, reference_returns, save_d4rl
+from jaxrl.errors import ConfigError, DatasetError
+from jaxrl.loops.logging import read_metrics, write_json
+
+RECIPE_KINDS = ("medium", "medium-replay", "expert", "medium-expert", "random")
+"""Kinds ``d4rl_recipe`` makes (``random`` too, for completeness)."""
+DEFAULT_KINDS = ("medium", "medium-replay")
+EXPERT_DIR = "expert_sac"
+"""The expert run's directory inside the recipe's output directory."""
+MEDIUM_FRACTION = 1 / 3
+"""Where the medium point lies between the random and the expert return (D4RL: a third)."""
+# Rollout seeds are offsets of the recipe's seed (the expert run trains with the seed itself).
+_SEEDS = {"medium": 1, "expert": 2, "random": 3, "reference": 1000}
+
+
+class TrainingStopped(Exception):
+    """The expert run stopped before its budget (a stop signal, or the NaN guard).
+
+    Attributes:
+        summary: the run's ``summary.json`` (``status`` says why).
+    """
+
+    def __init__(self, summary: dict[str, Any]):
+        super().__init__(f"the expert run stopped ({summary.get('status', 'stopped')})")
+        self.summary = summary
+
+
+def d4rl_recipe(
+    env_id: str,
+    out: str,
+    expert_steps: int,
+    seed: int = 0,
+    kinds: tuple[str, ...] | list[str] = DEFAULT_KINDS,
+    dataset_steps: int = 1_000_000,
+    eval_every: int = 10_000,
+    eval_episodes: int = 10,
+    ref_episodes: int = 50,
+    agent_config: Any = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Make D4RL-style datasets of ``env_id`` in ``out`` (see the module docstring).
+
+    Args:
+        env_id: a Gymnasium env (``Hopper-v5``).
+        out: the output directory (created; rerunning with it resumes).
+        expert_steps: environment steps of the expert SAC run.
+        seed: seeds the expert run (``seed``) and the rollouts (``seed + 1``, ``+ 2``, ...).
+        kinds: the datasets to write, of ``RECIPE_KINDS``.
+        dataset_steps: transitions of each rolled-out dataset (medium, expert, random; each
+            half of medium-expert). medium-replay holds the buffer up to the medium point.
+        eval_every: environment steps between the expert run's evaluations (the medium
+            candidates; each keeps a checkpoint).
+        eval_episodes: episodes per evaluation.
+        ref_episodes: episodes of the uniform random policy measuring the random return.
+        agent_config: the expert's ``SACConfig`` (default: the paper's settings).
+        progress: show the training progress bar.
+
+    Returns:
+        The manifest (also written to ``out/manifest.json``).
+
+    Raises:
+        ConfigError: a bad budget, kind or env, or an expert run trained past ``expert_steps``.
+        TrainingStopped: the expert run was stopped; the same call resumes it.
+    """
+    budgets = {
+        "--expert-steps": expert_steps,
+        "--dataset-steps": dataset_steps,
+        "--eval-every": eval_every,
+        "--eval-episodes": eval_episodes,
+        "--ref-episodes": ref_episodes,
+    }
+    kinds = _check(env_id, tuple(kinds), budgets)
+    run_dir = os.path.join(out, EXPERT_DIR)
+    cfg = expert_config(env_id, run_dir, expert_steps, seed, eval_every, eval_episodes, progress)
+    _train_expert(cfg, agent_config or SACConfig())
+    curve = eval_curve(run_dir)
+    expert_return = curve[expert_steps]
+    random_return = _random_return(env_id, ref_episodes, seed + _SEEDS["reference"])
+    target = random_return + MEDIUM_FRACTION * (expert_return - random_return)
+    medium_step = medium_point(curve, target, _checkpoint_steps(run_dir), expert_steps)
+    refs = (random_return, expert_return)
+    recipe = {
+        "env": env_id,
+        "seed": seed,
+        "expert_steps": expert_steps,
+        "eval_every": eval_every,
+        "eval_episodes": eval_episodes,
+        "medium_step": medium_step,
+        "dataset_steps": dataset_steps,
+        "ref_returns": list(refs),
+    }
+    steps = {"medium": medium_step, "expert": expert_steps}
+    name = env_id.lower().replace("/", "_")
+    paths = {k: os.path.join(out, f"{name}-{k}.hdf5") for k in RECIPE_KINDS}
+    made: dict[str, Dataset] = {}
+
+    def dataset(kind: str) -> Dataset:
+        """The file of ``kind`` when this recipe wrote it already, else a new dataset."""
+        if kind not in made:
+            ds = _existing(paths[kind], kind, recipe)
+            if ds is None:
+                ds = _make(kind, env_id, run_dir, steps, dataset_steps, seed, refs, dataset)
+                ds.metadata.update(_provenance(kind, recipe, steps, ref_episodes))
+            made[kind] = ds
+        return made[kind]
+
+    files = {}
+    for kind in kinds:
+        ds = dataset(kind)
+        if ds.source != paths[kind]:  # made now
+            ds = made[kind] = load_dataset(save_d4rl(ds, paths[kind]))
+        files[kind] = _file_entry(ds, out)
+    manifest = {
+        "env": env_id,
+        "seed": seed,
+        "rollout_seeds": {k: seed + v for k, v in _SEEDS.items()},
+        "agent": "sac",
+        "expert_run": EXPERT_DIR,
+        "expert_steps": expert_steps,
+        "eval_every": eval_every,
+        "eval_episodes": eval_episodes,
+        "dataset_steps": dataset_steps,
+        "expert_return": expert_return,
+        "expert_return_is": f"final evaluation return of the expert run (step {expert_steps})",
+        "random_return": random_return,
+        "random_return_is": f"mean return of a uniform random policy, {ref_episodes} episodes",
+        "medium_target_return": target,
+        "medium_step": medium_step,
+        "medium_return": curve[medium_step],
+        "ref_min_return": random_return,
+        "ref_max_return": expert_return,
+        "d4rl_ref_returns": reference_returns(env_id),
+        "files": files,
+    }
+    write_json(os.path.join(out, "manifest.json"), manifest)
+    return manifest
+
+
+def _check(env_id: str, kinds: tuple, budgets: dict[str, int]) -> tuple[str, ...]:
+    """``kinds`` without repeats, once the request is known to be one the recipe can make."""
+    from jaxrl.envs.jax_envs import is_jax_env
+
+    for name, value in budgets.items():
+        if value <= 0:
+            raise ConfigError(f"{name} must be positive, got {value}.")
+    expert_steps, every = budgets["--expert-steps"], budgets["--eval-every"]
+    if expert_steps < 2 * every:
+        raise ConfigError(
+            f"--expert-steps {expert_steps} leaves no evaluation before the end to be the medium "
+            f"point; make it at least twice --eval-every ({every}), or lower --eval-every."
+        )
+    unknown = [k for k in kinds if k not in RECIPE_KINDS]
+    if unknown or not kinds:
+        raise ConfigError(
+            f"Unknown dataset kind(s) {unknown or '(none given)'}; --kinds takes one or more of "
+            f"{', '.join(RECIPE_KINDS)}."
+        )
+    if is_jax_env(env_id):
+        raise ConfigError(
+            f"The recipe trains and collects on Gymnasium envs; {env_id!r} is a JAX env. Pass "
+            "the Gymnasium id (e.g. Hopper-v5, Pendulum-v1)."
+        )
+    return tuple(dict.fromkeys(kinds))
+
+
+def expert_config(
+    env_id: str,
+    run_dir: str,
+    steps: int,
+    seed: int,
+    eval_every: int,
+    eval_episodes: int,
+    progress: bool = False,
+) -> Any:
+    """The expert run's ``TrainConfig``: a checkpoint at every evaluation, all of them kept."""
+    from jaxrl.loops import TrainConfig
+
+    return TrainConfig(
+        env=env_id,
+        total_steps=steps,
+        seed=seed,
+        eval_every=eval_every,
+        eval_episodes=eval_episodes,
+        log_every=min(1000, eval_every),
+        checkpoint_every=eval_every,
+        max_to_keep=steps // eval_every + 1,  # every evaluation point, and the end
+        progress=progress,
+        out=run_dir,
+    )
+
+
+def _train_expert(cfg: Any, agent_config: Any) -> None:
+    """Train (or resume, or leave alone when finished) the expert SAC run in ``cfg.out``."""
+    from jaxrl.loops import prepare_run_dir, run_config
+    from jaxrl.run.train import train
+
+    summary = _read_json(os.path.join(cfg.out, "summary.json"))
+    done = _checkpoint_steps(cfg.out)
+    if done and done[-1] > cfg.total_steps:
+        raise ConfigError(
+            f"{cfg.out} was trained for {done[-1]} steps, more than --expert-steps "
+            f"{cfg.total_steps}; pass --expert-steps {done[-1]} or use a new --out directory."
+        )
+    finished = summary.get("completed") and summary.get("total_steps") == cfg.total_steps
+    if finished and cfg.total_steps in done:
+        # Not even restored; its settings must still be the ones asked for.
+        prepare_run_dir(cfg.out, run_config("sac", agent_config, cfg), check_only=True)
+        return
+    summary = train("sac", cfg, agent_config)
+    if not summary.get("completed"):
+        raise TrainingStopped(summary)
+
+
+def eval_curve(run_dir: str) -> dict[int, float]:
+    """``{step: eval_return}`` of a run directory's evaluation points (its ``metrics.csv``)."""
+    rows = read_metrics(os.path.join(run_dir, "metrics.csv"))
+    return {int(r["step"]): r["eval_return"] for r in rows if "eval_return" in r}
+
+
+def medium_point(curve: dict[int, float], target: float, kept: list[int], expert_step: int) -> int:
+    """The checkpointed evaluation step before ``expert_step`` with the return nearest ``target``.
+
+    On a tie, the earlier step.
+
+    Raises:
+        DatasetError: no evaluation before the end has a checkpoint.
+    """
+    candidates = [s for s in curve if 0 < s < expert_step and s in set(kept)]
+    if not candidates:
+        raise DatasetError(
+            f"The expert run has no checkpointed evaluation before step {expert_step} "
+            f"(evaluations at {sorted(curve)}, checkpoints at {kept}); train it into a new "
+            "--out directory so that the recipe keeps a checkpoint at every evaluation."
+        )
+    return min(candidates, key=lambda s: (abs(curve[s] - target), s))
+
+
+def _checkpoint_steps(run_dir: str) -> list[int]:
+    from jaxrl.loops.checkpoint import Checkpointer
+
+    path = os.path.join(run_dir, "checkpoints")
+    return Checkpointer(path).all_steps() if os.path.isdir(path) else []
+
+
+def _random_return(env_id: str, episodes: int, seed: int) -> float:
+    from jaxrl.run.collect import policy_return
+
+    return policy_return(env_id, None, episodes, seed)
+
+
+def _make(
+    kind: str,
+    env_id: str,
+    run_dir: str,
+    steps: dict[str, int],
+    dataset_steps: int,
+    seed: int,
+    refs: tuple[float, float],
+    dataset: Any,
+) -> Dataset:
+    """A new dataset of ``kind``; ``dataset(kind)`` gives the medium and expert parts."""
+    from jaxrl.run.collect import collect
+
+    if kind == "medium-expert":  # D4RL: the medium and the expert data, end to end
+        medium, expert = dataset("medium"), dataset("expert")
+        ds = Dataset.concatenate([medium, expert], metadata=dict(expert.metadata))
+        ds.metadata.update(
+            kind=kind,
+            medium_policy=EXPERT_DIR,
+            medium_policy_step=steps["medium"],
+            transitions=len(ds),
+            behavior_return_mean=float(ds.episode_returns().mean()),
+        )
+        return ds
+    medium, expert = steps["medium"], steps["expert"]
+    return collect(
+        env_id,
+        kind,
+        medium if kind == "medium-replay" else dataset_steps,  # the whole buffer
+        seed=seed + _SEEDS.get(kind, _SEEDS["medium"]),
+        policy=None if kind == "random" else run_dir,
+        policy_step={"medium": medium, "medium-replay": medium, "expert": expert}.get(kind),
+        ref_min_return=refs[0],
+        ref_max_return=refs[1],
+    )
+
+
+def _provenance(kind: str, recipe: dict, steps: dict[str, int], ref_episodes: int) -> dict:
+    """What a file's ``metadata/`` says about the recipe (``recipe`` decides reuse on rerun).
+
+    Paths are relative to the file's directory, so the same recipe run elsewhere writes the
+    same bytes.
+    """
+    return {
+        "collected_by": "jaxrl dataset recipe",
+        "recipe": json.dumps({**recipe, "kind": kind}, sort_keys=True),
+        "policy": "" if kind == "random" else EXPERT_DIR,
+        "expert_policy": EXPERT_DIR,
+        "expert_steps": steps["expert"],
+        "medium_step": steps["medium"],
+        "ref_min_source": f"uniform random policy, {ref_episodes} episodes",
+        "ref_max_source": f"final evaluation return of {EXPERT_DIR}",
+    }
+
+
+def _existing(path: str, kind: str, recipe: dict) -> Dataset | None:
+    """The file at ``path`` when a run of the same recipe wrote it, else None (remake it)."""
+    if not os.path.exists(path):
+        return None
+    try:
+        ds = load_dataset(path)
+    except DatasetError:
+        return None
+    same = ds.metadata.get("recipe") == json.dumps({**recipe, "kind": kind}, sort_keys=True)
+    return ds if same else None
+
+
+def _file_entry(ds: Dataset, out: str) -> dict[str, Any]:
+    info = ds.info()
+    digest = hashlib.sha256()
+    with open(ds.source, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return {
+        "path": os.path.relpath(ds.source, out),
+        "sha256": digest.hexdigest(),
+        **{k: info[k] for k in ("transitions", "episodes", "return_mean", "return_std")},
+        "normalized_score_mean": info["normalized_score_mean"],
+    }
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    try:
+        with open(path) as f:
+            value = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+__all__ = [
+    "DEFAULT_KINDS",
+    "EXPERT_DIR",
+    "RECIPE_KINDS",
+    "TrainingStopped",
+    "d4rl_recipe",
+    "eval_curve",
+    "expert_config",
+    "medium_point",
+]
