@@ -60,6 +60,7 @@ class Run:
         args: the command's arguments after the program (``{out}`` becomes the run directory,
             ``{root}`` the suite's directory).
         needs: names of runs that must finish first (the datasets an offline run reads).
+        marker: the file that says the run finished (``summary.json`` of a run directory).
     """
 
     section: str
@@ -71,6 +72,7 @@ class Run:
     unit: str
     args: tuple[str, ...]
     needs: tuple[str, ...] = ()
+    marker: str = "summary.json"
 
     @property
     def name(self) -> str:
@@ -134,32 +136,21 @@ PLAN_EPISODES = 5
 
 
 def _dataset_path(name: str) -> str:
-    env_dir = {d: e for d, e in OFFLINE_TASKS} | {"hopper-medium-replay": "Hopper-v5"}
+    """Where the recipe of ``name``'s env writes it: ``{root}/datasets/ENV/.../env-kind.hdf5``."""
+    env = {d: e for d, e in OFFLINE_TASKS} | {"hopper-medium-replay": "Hopper-v5"}
     kind = name.split("-", 1)[1]
-    return os.path.join("{root}", "datasets", env_dir[name], "jaxrl-recipe", "s0", f"{kind}.hdf5")
+    recipe = _dataset_run(env[name])
+    return os.path.join("{root}", recipe.name, f"{env[name].lower()}-{kind}.hdf5")
 
 
 def _dataset_run(env: str) -> Run:
-    args = (
-        "-m",
-        "jaxrl.cli",
-        "dataset",
-        "recipe",
-        "--env",
-        env,
-        "--out",
-        "{out}",
-        "--seed",
-        "0",
-        "--expert-steps",
-        str(EXPERT_STEPS),
-        "--dataset-steps",
-        str(DATASET_STEPS),
-        "--kinds",
-        "medium",
-        "medium-replay",
+    """``jaxrl dataset recipe``: a SAC expert, then the medium and medium-replay files."""
+    line = (
+        f"-m jaxrl.cli dataset recipe --env {env} --out {{out}} --seed 0 --expert-steps "
+        f"{EXPERT_STEPS} --dataset-steps {DATASET_STEPS} --no-progress --kinds medium medium-replay"
     )
-    return Run("datasets", env, "jaxrl", "recipe", 0, EXPERT_STEPS, "expert env steps", args)
+    return Run("datasets", env, "jaxrl", "recipe", 0, EXPERT_STEPS, "expert env steps",
+               tuple(line.split()), marker="manifest.json")  # fmt: skip
 
 
 # fmt: off
@@ -245,7 +236,7 @@ def _read_json(path: str) -> dict | None:
 def state(run: Run, root: str, done: set[str]) -> tuple[str, str]:
     """``(state, detail)`` of a run: done, partial, blocked, no-venv or pending."""
     out = os.path.join(root, run.name)
-    summary = _read_json(os.path.join(out, "summary.json"))
+    summary = _read_json(os.path.join(out, run.marker))
     if summary is not None and summary.get("completed", True):
         return "done", f"{summary.get('wall_clock_s', 0.0):.0f} s"
     missing = [n for n in run.needs if n not in done]

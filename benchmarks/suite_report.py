@@ -71,16 +71,18 @@ def collect(runs: list, root: str) -> list[dict[str, Any]]:
             },
         )
         out = os.path.join(root, r.name)
-        summary = _json(os.path.join(out, "summary.json"))
+        summary = _json(os.path.join(out, r.marker))
         if summary is None or not summary.get("completed", True):
             cell["missing"].append(r.seed)
             continue
         cell["seeds"].append(r.seed)
         cell["dirs"].append(out)
-        cell["wall_s"].append(float(summary.get("wall_clock_s") or 0.0))
-        if r.section == "datasets":
-            cell["manifest"] = _json(os.path.join(out, "manifest.json"))
+        if r.section == "datasets":  # the recipe's manifest; its time is the expert run's
+            cell["manifest"] = summary
+            expert = _json(os.path.join(out, summary.get("expert_run", ""), "summary.json"))
+            cell["wall_s"].append(float((expert or {}).get("wall_clock_s") or 0.0))
             continue
+        cell["wall_s"].append(float(summary.get("wall_clock_s") or 0.0))
         cell["returns"].append(float(summary["final_eval_return_mean"]))
         score = summary.get("normalized_score")
         cell["normalized"].append(None if score is None else float(score))
@@ -136,21 +138,21 @@ def _rows(cells: list[dict[str, Any]]) -> list[str]:
 
 def _dataset_rows(cells: list[dict[str, Any]]) -> list[str]:
     lines = [
-        "| env | expert budget | random return | expert return | medium step | file | "
-        "transitions | return | sha256 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| env | expert budget | random return | expert return | medium step (return) | file | "
+        "transitions | episodes | return | sha256 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         m = c.get("manifest")
         if not m:
-            lines.append(f"| {c['task']} | {c['budget']:,} | not made yet | | | | | | |")
+            lines.append(f"| {c['task']} | {c['budget']:,} | not made yet | | | | | | | |")
             continue
-        for f in m.get("files", []):
+        for kind, f in m["files"].items():
             lines.append(
-                f"| {c['task']} | {m.get('expert_steps', c['budget']):,} | "
-                f"{_fmt(m.get('ref_min_return'))} | {_fmt(m.get('ref_max_return'))} | "
-                f"{m.get('medium_step', '-')} | {f.get('kind')} | {f.get('transitions', '-'):,} | "
-                f"{_fmt(f.get('return_mean'))} | `{str(f.get('sha256', ''))[:16]}` |"
+                f"| {c['task']} | {m['expert_steps']:,} | {_fmt(m['random_return'])} | "
+                f"{_fmt(m['expert_return'])} | {m['medium_step']:,} ({_fmt(m['medium_return'])}) "
+                f"| {kind} | {f.get('transitions', 0):,} | {f.get('episodes', '-')} | "
+                f"{_fmt(f.get('return_mean'))} | `{f.get('sha256', '')}` |"
             )
     return lines
 
