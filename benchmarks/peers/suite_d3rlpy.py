@@ -28,9 +28,11 @@ d3rlpy's model file; they are fitted again from the same dataset, which gives th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
+from typing import Any
 
 import d3rlpy
 import gymnasium as gym
@@ -66,6 +68,20 @@ def dataset_refs(path: str, env_id: str) -> tuple[tuple[float, float] | None, st
         return (found["ref_min_return"], found["ref_max_return"]), "dataset metadata"
     refs = rundir.gymnasium_refs(env_id)
     return refs, ("D4RL constants of the env's family" if refs else "none")
+
+
+def describe(value: Any) -> Any:
+    """A JSON-able view of a d3rlpy config: nested factories and scalers as ``{type, fields}``."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {"type": value.get_type()} if hasattr(value, "get_type") else {}
+        for f in dataclasses.fields(value):
+            out[f.name] = describe(getattr(value, f.name))
+        return out
+    if isinstance(value, list | tuple):
+        return [describe(v) for v in value]
+    if isinstance(value, int | float | str | bool) or value is None:
+        return value
+    return repr(value)
 
 
 def evaluate(algo, env: gym.Env, episodes: int, seed: int) -> tuple[float, float]:
@@ -108,11 +124,7 @@ def main() -> None:
     refs, refs_source = dataset_refs(args.dataset, args.env)
     settings = {
         "jaxrl": cfg,
-        "d3rlpy": {
-            k: v
-            for k, v in d3_config.serialize_to_dict().items()
-            if isinstance(v, int | float | str | bool | dict | list) or v is None
-        },
+        "d3rlpy": describe(d3_config),
         "d3rlpy_class": type(d3_config).__name__,
         "eval_every": args.eval_every,
         "eval_episodes": args.eval_episodes,
