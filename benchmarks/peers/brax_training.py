@@ -126,9 +126,17 @@ def _sizes(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x)
 
 
-def add_train_args(p: argparse.ArgumentParser) -> None:
-    """Add the env and hyperparameter options (shared with ``suite_brax.py``)."""
-    p.add_argument("--algo", choices=["ppo", "sac"], required=True)
+def add_train_args(p: argparse.ArgumentParser, algos: tuple[str, ...] = ("ppo", "sac")) -> None:
+    """Add the env and hyperparameter options (shared with ``suite_brax.py``).
+
+    Args:
+        p: the parser.
+        algos: the ``--algo`` choices; with one choice, ``--algo`` defaults to it.
+    """
+    if len(algos) == 1:
+        p.add_argument("--algo", choices=algos, default=algos[0])
+    else:
+        p.add_argument("--algo", choices=algos, required=True)
     p.add_argument("--env", default="inverted_pendulum")
     p.add_argument("--backend", default="mjx", help="mjx | generalized | positional | spring")
     p.add_argument("--num-envs", type=int, default=64)
