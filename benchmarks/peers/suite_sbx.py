@@ -89,7 +89,11 @@ UNMATCHED = {
         "same fixed point, the gradient on log(alpha) is not scaled by alpha",
         "critic loss 0.5 * sum over critics of the MSE (jaxrl: 0.5 * ensemble TD loss)",
     ],
-    "td3": [],
+    "td3": [
+        "actor loss -min over critics of Q(s, pi(s)) (jaxrl: -Q_1, as the TD3 paper)",
+        "both target networks move after every critic step (jaxrl: every policy_delay steps, "
+        "with the actor)",
+    ],
 }
 
 
