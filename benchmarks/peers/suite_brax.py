@@ -28,13 +28,17 @@ the killed attempt are dropped and ``wall_clock_s`` counts the final attempt onl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 
-import brax
-import brax_training
-import jax
 import rundir
+
+# mujoco.mjx prints "Failed to import warp" on stdout; stdout is kept for the summary line.
+with contextlib.redirect_stdout(sys.stderr):
+    import brax
+    import brax_training
+    import jax
 
 # jaxrl's PPOConfig defaults (jaxrl/agents/ppo.py), in brax_training.py's option names.
 JAXRL_PPO = {
