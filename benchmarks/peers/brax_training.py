@@ -103,6 +103,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -125,27 +126,25 @@ def _sizes(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x)
 
 
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--algo", choices=["ppo", "sac"], required=True)
+def add_train_args(p: argparse.ArgumentParser, algos: tuple[str, ...] = ("ppo", "sac")) -> None:
+    """Add the env and hyperparameter options (shared with ``suite_brax.py``).
+
+    Args:
+        p: the parser.
+        algos: the ``--algo`` choices; with one choice, ``--algo`` defaults to it.
+    """
+    if len(algos) == 1:
+        p.add_argument("--algo", choices=algos, default=algos[0])
+    else:
+        p.add_argument("--algo", choices=algos, required=True)
     p.add_argument("--env", default="inverted_pendulum")
     p.add_argument("--backend", default="mjx", help="mjx | generalized | positional | spring")
     p.add_argument("--num-envs", type=int, default=64)
-    p.add_argument("--total-steps", type=int, required=True, help="brax num_timesteps")
-    p.add_argument("--num-evals", type=int, default=6, help=">= 3 so a post-compile window exists")
-    p.add_argument("--num-eval-envs", type=int, default=16)
     p.add_argument("--episode-length", type=int, default=1000)
     p.add_argument("--learning-rate", type=float, default=3e-4)
     p.add_argument("--discounting", type=float, default=0.97)
     p.add_argument("--reward-scaling", type=float, default=10.0)
     p.add_argument("--normalize-observations", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument(
-        "--deterministic-eval",
-        action="store_true",
-        help="evaluate the tanh(mean) action (brax default: stochastic sample)",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json-out", default=None)
     g = p.add_argument_group("ppo")
     g.add_argument("--unroll-length", type=int, default=5)
     g.add_argument("--batch-size", type=int, default=None, help="ppo: 64, sac: 256")
@@ -159,6 +158,21 @@ def parse_args() -> argparse.Namespace:
     g.add_argument("--min-replay-size", type=int, default=1024)
     g.add_argument("--max-replay-size", type=int, default=None, help="default: total steps")
     g.add_argument("--hidden", type=_sizes, default=(256, 256), help="sac policy and Q MLPs")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_train_args(p)
+    p.add_argument("--total-steps", type=int, required=True, help="brax num_timesteps")
+    p.add_argument("--num-evals", type=int, default=6, help=">= 3 so a post-compile window exists")
+    p.add_argument("--num-eval-envs", type=int, default=16)
+    p.add_argument(
+        "--deterministic-eval",
+        action="store_true",
+        help="evaluate the tanh(mean) action (brax default: stochastic sample)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json-out", default=None)
     args = p.parse_args()
     if args.batch_size is None:
         args.batch_size = 64 if args.algo == "ppo" else 256
@@ -167,8 +181,13 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def main() -> None:
-    args = parse_args()
+def make_train_fn(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """brax.training's ``train`` with ``args`` bound (all but progress_fn), and its settings.
+
+    ``args`` holds the options of :func:`add_train_args` (``batch_size`` resolved) plus
+    ``total_steps``, ``num_evals``, ``num_eval_envs``, ``deterministic_eval`` and ``seed``.
+    The returned function takes ``progress_fn``.
+    """
     env = envs.get_environment(args.env, backend=args.backend)
 
     common = dict(
@@ -234,6 +253,12 @@ def main() -> None:
             ),
             **common,
         )
+    return train_fn, settings
+
+
+def main() -> None:
+    args = parse_args()
+    train_fn, settings = make_train_fn(args)
 
     calls: list[tuple[float, int, dict]] = []
 
