@@ -299,7 +299,7 @@ class TDMPC2Config(OffPolicyFields):
     learning_starts: int = 5_000  # seed_steps(1000)
 
     model_size: Literal[1, 5, 19, 48, 317, "cpu"] = 5
-    """Parameters in millions as the authors name them, or cpu (~0.1M, small MPPI budget): sets
+    """Parameters in millions as the authors name them, or cpu (~0.07M, small MPPI budget): sets
     enc_dim, mlp_dim, latent_dim, num_enc_layers, num_q, num_samples, num_elites, num_pi_trajs
     and iterations where those are not given."""
     lr: float = 3e-4

@@ -84,7 +84,7 @@ MODEL_SIZES: dict[int | str, Sizes] = {
 """The authors' model sizes by parameter count in millions (``common/__init__.py``,
 ``MODEL_SIZE``: encoder, MLP and latent widths, encoder layers, Q ensemble; the sizes leave
 planning at ``config.yaml``'s), plus ``"cpu"``: a model and an MPPI budget small enough to
-learn on a CPU (the learning test's; about 0.1M parameters)."""
+learn on a CPU (the learning test's; about 0.07M parameters)."""
 
 
 def sizes(config: Any) -> Sizes:
