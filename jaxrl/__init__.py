@@ -40,6 +40,7 @@ _PUBLIC = {
     "PlanResult": "jaxrl.planners",
     "PlanState": "jaxrl.planners",
     "HostEnv": "jaxrl.envs",
+    "can_terminate": "jaxrl.envs",
     "episode_length": "jaxrl.envs",
     "make_env": "jaxrl.envs",
     "make_jax_env": "jaxrl.envs",

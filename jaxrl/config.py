@@ -133,7 +133,8 @@ class OffPolicyFields:
 
     def __post_init__(self) -> None:
         check_positive(self, "batch_size", "utd_ratio", "buffer_size")
-        check_range(self, "discount", 0.0, 1.0)
+        if self.discount is not None:  # None: an agent's env-derived discount, set at run setup
+            check_range(self, "discount", 0.0, 1.0)
         check_range(self, "tau", 0.0, 1.0, low_open=True)
         check_range(self, "learning_starts", 0, float("inf"))
 

@@ -57,8 +57,11 @@ class AgentSpec:
         burst_at_start: when learning starts, the loops first run ``learning_starts`` gradient
             steps on the random-action data (TD-MPC2's pretraining on its seed steps).
         env_defaults: ``(config, episode_length) -> {field: value}``, settings derived from the
-            env (TD-MPC2's discount heuristic); the command line applies them to the fields the
-            user left at their defaults. None when nothing depends on the env.
+            env (TD-MPC2's discount heuristic); every run that knows its env applies them to
+            the fields left unset (``for_env``). None when nothing depends on the env.
+        termination_field: the config field (a bool) that makes the agent model episode
+            terminations (TD-MPC2's ``episodic``): a run on an env that can terminate with it
+            off is refused (``for_env``); None when the agent needs no such switch.
         actor_obs_field: the config field holding how many leading observation features the
             actor reads (asymmetric actor-critic: the rest are privileged critic inputs, see
             ``jaxrl.envs.privileged``); None when the agent cannot train that way.
@@ -76,6 +79,7 @@ class AgentSpec:
     sequence_field: str | None = None
     burst_at_start: bool = False
     env_defaults: Callable[[Any, int], dict[str, Any]] | None = None
+    termination_field: str | None = None
     actor_obs_field: str | None = None
 
     def __post_init__(self) -> None:
@@ -84,7 +88,7 @@ class AgentSpec:
                 f"AgentSpec {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}."
             )
         fields = {f.name for f in dataclasses.fields(self.config)}
-        for attr in ("horizon_field", "sequence_field", "actor_obs_field"):
+        for attr in ("horizon_field", "sequence_field", "termination_field", "actor_obs_field"):
             field = getattr(self, attr)
             if field is not None and field not in fields:
                 raise ValueError(
@@ -104,7 +108,8 @@ class AgentSpec:
     def with_env_defaults(self, config: Any, episode_length: int) -> Any:
         """``config`` with the settings ``env_defaults`` derives from the env's episode length.
 
-        Only fields still at their class default change: a value the user chose stays.
+        Only fields still at their class default (None: derived from the env) change: a value
+        the user chose stays.
         """
         if self.env_defaults is None:
             return config
@@ -112,6 +117,27 @@ class AgentSpec:
         derived = self.env_defaults(config, episode_length)
         keep = {k: v for k, v in derived.items() if getattr(config, k) == getattr(default, k)}
         return dataclasses.replace(config, **keep)
+
+    def for_env(self, config: Any, env_id: str) -> Any:
+        """``config`` for a run on ``env_id``: ``with_env_defaults`` of its episode length.
+
+        Raises:
+            ConfigError: ``env_id`` can terminate (``jaxrl.envs.can_terminate``) and the
+                config's ``termination_field`` is off.
+        """
+        if self.env_defaults is None and self.termination_field is None:
+            return config
+        from jaxrl.envs import can_terminate, episode_length
+
+        field = self.termination_field
+        if field is not None and not getattr(config, field) and can_terminate(env_id):
+            flag = "--" + field.replace("_", "-")
+            raise ConfigError(
+                f"{env_id} can end an episode by termination (e.g. a fall), and {self.name} "
+                f"handles terminations only with {flag}: pass {flag}, or pick an env whose "
+                "episodes end only at the time limit."
+            )
+        return self.with_env_defaults(config, episode_length(env_id))
 
     def with_actor_observation(self, config: Any, env: Any) -> Any:
         """``config`` with the actor reading what the policy may see of ``env``'s observation.
@@ -231,6 +257,7 @@ _builtin(
     sequence_field="horizon",
     burst_at_start=True,
     env_defaults="tdmpc2_env_defaults",
+    termination_field="episodic",
 )
 _builtin("pets", "planner", "agents.pets:PETS:PETSConfig")
 

@@ -58,8 +58,9 @@ def main(args: Args) -> dict:
 
     spec = registry.get(args.agent)  # kind "planner": the loops carry the plan between steps
     agent_cfg = {"tdmpc2": args.tdmpc2, "pets": args.pets}[args.agent]
-    # Settings the agent derives from the env (TD-MPC2's discount from the episode length).
-    agent_cfg = spec.with_env_defaults(agent_cfg, jaxrl.episode_length(cfg.env))
+    # Settings the agent derives from the env (TD-MPC2's discount from the episode length),
+    # and its refusals (TD-MPC2 without --tdmpc2.episodic on an env that can terminate).
+    agent_cfg = spec.for_env(agent_cfg, cfg.env)
     jaxrl.prepare_run_dir(out, jaxrl.run_config(args.agent, agent_cfg, cfg))
 
     if jaxrl.envs.is_jax_env(cfg.env):  # one XLA program per chunk: plan, step, store, learn

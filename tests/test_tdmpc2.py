@@ -1,5 +1,6 @@
 """TD-MPC2: its math (two-hot, SimNorm, soft cross-entropy), update, planning and config checks."""
 
+import dataclasses
 import math
 
 import jax
@@ -7,8 +8,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import networks, rl
-from jaxrl.agents.tdmpc2 import TDMPC2, TDMPC2Config, heuristic_discount, seed_steps
+from jaxrl import networks, registry, rl
+from jaxrl.agents.tdmpc2 import (
+    MODEL_SIZES,
+    TDMPC2,
+    TDMPC2Config,
+    heuristic_discount,
+    seed_steps,
+)
+from jaxrl.cli import main, parse_train_args
 from jaxrl.config import ConfigError
 from jaxrl.planners import PlanState
 from jaxrl.types import Transition
@@ -197,3 +205,81 @@ def test_plan_actions_shapes_range_and_first_resets_warm_start(agent):
 def test_config_errors_are_clear(overrides, match):
     with pytest.raises(ConfigError, match=match):
         TDMPC2Config(**{**TINY, **overrides})
+
+
+# ---------------------------------------------------------------------- env settings and sizes
+
+
+def test_discount_heuristic_at_run_setup_and_explicit_discount_kept():
+    # What every run that knows its env applies (jaxrl train, jaxrl.run.train, sweeps, scripts):
+    # the authors' clip((L/5 - 1) / (L/5), 0.95, 0.995) for an unset discount.
+    spec = registry.get("tdmpc2")
+    assert TDMPC2Config().discount is None
+    hc = spec.for_env(TDMPC2Config(**TINY), "HalfCheetah-v5")  # 1000 steps: 199/200 -> 0.995
+    assert hc.discount == pytest.approx(0.995) and hc.learning_starts == 5000
+    pend = spec.for_env(TDMPC2Config(**TINY), "jax:pendulum")  # 200 steps: 39/40
+    assert pend.discount == pytest.approx(0.975) and pend.learning_starts == 1000
+    # An explicit discount is kept, even one equal to another agent's default (0.99).
+    assert spec.for_env(TDMPC2Config(**TINY, discount=0.99), "jax:pendulum").discount == 0.99
+    # A sweepable leaf either way; without an env, create takes the 1000-step value.
+    agent = TDMPC2.create(TDMPC2Config(**TINY), jnp.zeros(OBS_DIM), jnp.zeros(ACT_DIM), 0)
+    assert float(agent.hparams["discount"]) == pytest.approx(0.995)
+    agent = TDMPC2.create(pend, jnp.zeros(OBS_DIM), jnp.zeros(ACT_DIM), 0)
+    assert float(agent.hparams["discount"]) == pytest.approx(0.975)
+
+
+def test_non_episodic_run_on_a_terminating_env_is_refused(tmp_path, capsys):
+    # The authors' trainer stops at the first termination outside episodic mode; here the run
+    # is refused at setup, before its directory exists.
+    spec = registry.get("tdmpc2")
+    for env in ("Hopper-v5", "InvertedPendulum-v5", "brax:inverted_pendulum"):
+        with pytest.raises(ConfigError, match="--episodic"):
+            spec.for_env(TDMPC2Config(**TINY), env)
+    for env in ("HalfCheetah-v5", "Pendulum-v1", "jax:pendulum"):
+        assert not spec.for_env(TDMPC2Config(**TINY), env).episodic
+    assert spec.for_env(TDMPC2Config(**TINY, episodic=True), "Hopper-v5").episodic
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "tdmpc2", "--env", "Hopper-v5", "--out", str(out), "--no-progress"])
+    assert exit_info.value.code == 2 and not out.exists()
+    assert "pass --episodic" in capsys.readouterr().err
+
+
+def test_model_sizes_set_the_authors_widths():
+    # The authors' MODEL_SIZE table (tdmpc2/common/__init__.py), written out by hand:
+    # (enc_dim, mlp_dim, latent_dim, num_enc_layers, num_q); planning stays at config.yaml's.
+    table = {
+        1: (256, 384, 128, 2, 2),
+        5: (256, 512, 512, 2, 5),
+        19: (1024, 1024, 768, 3, 5),
+        48: (1792, 1792, 768, 4, 5),
+        317: (4096, 4096, 1376, 5, 8),
+    }
+    for size, dims in table.items():
+        got = TDMPC2Config(model_size=size).sizes
+        assert tuple(got)[:5] == dims and tuple(got)[5:] == (512, 64, 24, 6), size
+    assert TDMPC2Config().sizes == TDMPC2Config(model_size=5).sizes
+    cpu = TDMPC2Config(model_size="cpu").sizes
+    assert tuple(cpu) == (64, 64, 64, 2, 2, 64, 8, 8, 3)
+    # A width given next to the size wins; the rest come from the size, also after replace.
+    mixed = TDMPC2Config(model_size=1, mlp_dim=64)
+    assert mixed.sizes.mlp_dim == 64 and mixed.sizes.latent_dim == 128
+    assert dataclasses.replace(mixed, model_size=19).sizes.latent_dim == 768
+    with pytest.raises(ConfigError, match="model_size"):
+        TDMPC2Config(model_size=2)
+    # The networks are built with the size's widths.
+    agent = TDMPC2.create(TDMPC2Config(model_size=1), jnp.zeros(OBS_DIM), jnp.zeros(ACT_DIM), 0)
+    shapes = [x.shape for x in jax.tree.leaves(agent.model.params["dynamics"])]
+    assert (128 + ACT_DIM, 384) in shapes and (384, 128) in shapes
+    assert {x.shape[0] for x in jax.tree.leaves(agent.model.params["qs"])} == {2}
+
+
+def test_command_line_takes_model_size():
+    _, cfg = parse_train_args("tdmpc2", ["--env", "jax:pendulum", "--model-size", "cpu"])
+    assert cfg.model_size == "cpu" and cfg.sizes == MODEL_SIZES["cpu"]
+    _, cfg = parse_train_args("tdmpc2", ["--env", "jax:pendulum", "--model-size", "19"])
+    assert cfg.model_size == 19 and cfg.sizes.latent_dim == 768
+    argv = ["--env", "jax:pendulum", "--model-size", "19", "--latent-dim", "256"]
+    assert parse_train_args("tdmpc2", argv)[1].sizes.latent_dim == 256
+    with pytest.raises(SystemExit):
+        parse_train_args("tdmpc2", ["--env", "jax:pendulum", "--model-size", "2"])

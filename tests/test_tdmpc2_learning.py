@@ -4,6 +4,7 @@ by Ctrl-C mid-episode after learning started and resumed is the uninterrupted ru
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -62,6 +63,9 @@ def test_tdmpc2_resume_is_bit_identical_on_mujoco(tmp_path, monkeypatch):
     monkeypatch.setattr(HostEnv, "step", original)
     assert _run_host(part, 300)["completed"]
 
+    # The discount was left unset: the run set the authors' heuristic for 1000-step episodes.
+    with open(full / "config.json") as f:
+        assert json.load(f)["agent_config"]["discount"] == pytest.approx(0.995)
     want = _metrics_without_timing(full)
     assert [r["step"] for r in want] == list(range(50, 301, 50))
     assert sum("eval_return" in r for r in want) == 2 and "model/value_loss" in want[-1]
@@ -69,11 +73,9 @@ def test_tdmpc2_resume_is_bit_identical_on_mujoco(tmp_path, monkeypatch):
     assert _metrics_without_timing(part) == want
 
 
-LEARN = [
-    "--latent-dim", "64", "--mlp-dim", "64", "--enc-dim", "64", "--num-q", "2", "--lr", "1e-3",
-    "--batch-size", "64", "--num-samples", "64", "--num-elites", "8", "--num-pi-trajs", "8",
-    "--iterations", "3", "--buffer-size", "10000",
-]  # fmt: skip
+# The "cpu" model size: widths 64, 2 Qs, MPPI with 64 samples, 8 elites, 8 policy
+# trajectories and 3 iterations.
+LEARN = ["--model-size", "cpu", "--lr", "1e-3", "--batch-size", "64", "--buffer-size", "10000"]
 
 
 @pytest.mark.slow

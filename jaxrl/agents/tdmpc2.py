@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Literal
 
 import flax.linen as nn
 import jax
@@ -22,7 +23,10 @@ from flax.training.train_state import TrainState
 from jaxrl import networks as nets
 from jaxrl import planners, rl
 from jaxrl.agents.tdmpc2_model import (
+    MODEL_SIZES,
+    Sizes,
     adam,
+    config_problems,
     heuristic_discount,
     make_modules,
     plan_value,
@@ -31,13 +35,14 @@ from jaxrl.agents.tdmpc2_model import (
     squashed_policy,
     tdmpc2_env_defaults,
 )
+from jaxrl.agents.tdmpc2_model import sizes as _sizes
 from jaxrl.config import ConfigError, OffPolicyFields, check_positive, check_range
 from jaxrl.types import Batch, InfoDict, Params
 
 # The world model's networks and rollouts live in ``tdmpc2_model``; the env-derived settings
 # stay importable from here (the registry and tests import them from this module).
 __all__ = ["TDMPC2", "TDMPC2Config", "policy_loss", "world_model_loss"]
-__all__ += ["heuristic_discount", "seed_steps", "tdmpc2_env_defaults"]
+__all__ += ["MODEL_SIZES", "Sizes", "heuristic_discount", "seed_steps", "tdmpc2_env_defaults"]
 
 
 # ----------------------------------------------------------------------------------------- losses
@@ -166,7 +171,7 @@ class TDMPC2(struct.PyTreeNode):
         za = jnp.concatenate([z, a], axis=-1)
         rngs = {} if dropout_key is None else {"dropout": dropout_key}
         logits = self.modules["qs"].apply(qs_params, za, dropout_key is None, rngs=rngs)
-        pair = jax.random.choice(key, self.config.num_q, (2,), replace=False)
+        pair = jax.random.choice(key, self.config.sizes.num_q, (2,), replace=False)
         q = rl.two_hot_inv(logits[pair], self.config.vmin, self.config.vmax)
         return q.min(axis=0) if reduce == "min" else q.mean(axis=0)
 
@@ -204,7 +209,7 @@ class TDMPC2(struct.PyTreeNode):
         if not c.mpc:
             action, mean = self.act_prior(self.policy.params, z, k_pi)[:2]
             return (action if explore else mean), plan
-        pi_actions = prior_actions(self, z, k_pi) if c.num_pi_trajs > 0 else None
+        pi_actions = prior_actions(self, z, k_pi) if c.sizes.num_pi_trajs > 0 else None
         value_fn = functools.partial(plan_value, self, z)
         planner = c.planner_config(self.action_dim)
         result, plan = planners.plan(planner, value_fn, plan, first, k_plan, pi_actions)
@@ -239,10 +244,12 @@ class TDMPC2(struct.PyTreeNode):
         """Initialize from one observation ``[O]`` and action ``[A]``; ``seed`` may be traced."""
         if obs_example.ndim != 1:
             raise ValueError(f"TDMPC2 takes state observations [obs_dim], got {obs_example.shape}.")
-        action_dim = int(action_example.shape[-1])
+        if config.discount is None:  # no env known: the authors' value for 1000-step episodes
+            config = dataclasses.replace(config, discount=heuristic_discount(1000))
+        action_dim, latent_dim = int(action_example.shape[-1]), config.sizes.latent_dim
         m, c = make_modules(config, action_dim), config
         rng, *keys = jax.random.split(jax.random.key(seed), 7)
-        z, za = jnp.zeros((1, c.latent_dim)), jnp.zeros((1, c.latent_dim + action_dim))
+        z, za = jnp.zeros((1, latent_dim)), jnp.zeros((1, latent_dim + action_dim))
         params = {
             "encoder": m["encoder"].init(keys[0], obs_example[None]),
             "dynamics": m["dynamics"].init(keys[1], za),
@@ -271,19 +278,30 @@ HPARAMS = ("discount", "tau", "rho", "consistency_coef", "reward_coef", "value_c
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TDMPC2Config(OffPolicyFields):
-    """TD-MPC2 hyperparameters: the authors' ``config.yaml`` defaults (5M-parameter model).
+    """TD-MPC2 hyperparameters: the authors' ``config.yaml`` defaults (``model_size`` 5).
 
-    Differences from the authors' code: ``discount`` is a plain field (theirs is computed from the
-    episode length; the CLI sets it with ``heuristic_discount``, 0.995 for 1000-step episodes,
-    and ``learning_starts`` with ``seed_steps``); batches are ``[B, horizon, ...]`` sequences
-    from the shared buffer; single task only (no task embeddings or action masks); the
-    authors' one-off pretraining burst of ``seed_steps`` updates is the loop's business; NaN
-    plan values rank last (``jaxrl.planners``) instead of counting as 0.
+    As theirs: ``discount`` unset (None) is their heuristic of the env's episode length
+    (``heuristic_discount``: 0.995 for 1000 steps, 0.975 for 200) and ``learning_starts`` their
+    ``seed_steps``, both set wherever a run knows the env (``AgentSpec.with_env_defaults``);
+    ``model_size`` picks their widths (``MODEL_SIZES``); an env that can terminate needs
+    ``episodic`` (``jaxrl.envs.can_terminate``; they stop at the first termination, this
+    refuses the run at setup). Differences: an explicit discount, width or count wins over the
+    heuristic and the size (theirs overwrites the fields with the size's); ``model_size="cpu"``
+    is this library's and also shrinks the MPPI budget; ``create`` without an env takes the
+    1000-step discount; their Gymnasium-MuJoCo caps (discount 0.99, ``rho`` 0.7) are not
+    applied; batches are ``[B, horizon, ...]`` sequences; single task only; the pretraining
+    burst is the loop's; NaN plan values rank last (``jaxrl.planners``), not as 0.
     """
 
+    discount: float | None = None
+    """Discount factor; None: the authors' heuristic of the env's episode length."""
     tau: float = 0.01
     learning_starts: int = 5_000  # seed_steps(1000)
 
+    model_size: Literal[1, 5, 19, 48, 317, "cpu"] = 5
+    """Parameters in millions as the authors name them, or cpu (~0.07M, small MPPI budget): sets
+    enc_dim, mlp_dim, latent_dim, num_enc_layers, num_q, num_samples, num_elites, num_pi_trajs
+    and iterations where those are not given."""
     lr: float = 3e-4
     """Adam learning rate of the world model and the policy prior."""
     enc_lr_scale: float = 0.3
@@ -303,17 +321,19 @@ class TDMPC2Config(OffPolicyFields):
     rho: float = 0.5
     """Per-step decay of the loss weights over the horizon."""
     episodic: bool = False
-    """Learn a termination head and stop planned returns at predicted terminations."""
-    latent_dim: int = 512
-    """Width of the latent state (a multiple of simnorm_dim)."""
-    mlp_dim: int = 512
-    """Hidden width of dynamics, reward, termination, policy and Q networks (2 layers each)."""
-    enc_dim: int = 256
-    """Hidden width of the encoder."""
-    num_enc_layers: int = 2
-    """Encoder layers (hidden layers = max(num_enc_layers - 1, 1))."""
-    num_q: int = 5
-    """Q-functions in the ensemble (at least 2)."""
+    """Learn a termination head and stop planned returns at predicted terminations (required
+    on envs that can terminate, e.g. Hopper)."""
+    latent_dim: int | None = None
+    """Width of the latent state (a multiple of simnorm_dim); None: model_size's."""
+    mlp_dim: int | None = None
+    """Hidden width of dynamics, reward, termination, policy and Q networks (2 layers each);
+    None: model_size's."""
+    enc_dim: int | None = None
+    """Hidden width of the encoder; None: model_size's."""
+    num_enc_layers: int | None = None
+    """Encoder layers (hidden layers = max(num_enc_layers - 1, 1)); None: model_size's."""
+    num_q: int | None = None
+    """Q-functions in the ensemble (at least 2); None: model_size's."""
     dropout: float = 0.01
     """Dropout rate of the Q-functions' first layer."""
     simnorm_dim: int = 8
@@ -332,14 +352,15 @@ class TDMPC2Config(OffPolicyFields):
     """Act by MPPI planning (True) or with the policy prior alone."""
     horizon: int = 3
     """Planning horizon and length of the training sequences."""
-    iterations: int = 6
-    """MPPI iterations (+2 when the action has 20 or more dimensions)."""
-    num_samples: int = 512
-    """Action sequences per MPPI iteration, policy trajectories included."""
-    num_elites: int = 64
-    """Elite sequences that refit the MPPI distribution."""
-    num_pi_trajs: int = 24
-    """Sequences from rolling the policy prior through the model, per iteration."""
+    iterations: int | None = None
+    """MPPI iterations (+2 when the action has 20 or more dimensions); None: model_size's."""
+    num_samples: int | None = None
+    """Action sequences per MPPI iteration, policy trajectories included; None: model_size's."""
+    num_elites: int | None = None
+    """Elite sequences that refit the MPPI distribution; None: model_size's."""
+    num_pi_trajs: int | None = None
+    """Sequences from rolling the policy prior through the model, per iteration; None:
+    model_size's."""
     min_std: float = 0.05
     """Lower clip of the MPPI standard deviation."""
     max_std: float = 2.0
@@ -347,38 +368,33 @@ class TDMPC2Config(OffPolicyFields):
     temperature: float = 0.5
     """Inverse temperature of the MPPI weights exp(temperature * (V - max V))."""
 
+    @property
+    def sizes(self) -> Sizes:
+        """The widths and counts in use: the fields given, the rest from ``model_size``."""
+        return _sizes(self)
+
     def planner_config(self, action_dim: int = 1) -> planners.PlannerConfig:
         """The MPPI settings for an action of ``action_dim`` dimensions."""
-        same = ("horizon", "num_samples", "num_elites", "temperature", "min_std", "max_std")
+        d, same = self.sizes, ("horizon", "temperature", "min_std", "max_std")
         return planners.PlannerConfig(
             **{name: getattr(self, name) for name in same},
-            iterations=self.iterations + 2 * int(action_dim >= 20),
-            num_policy_samples=self.num_pi_trajs,
+            num_samples=d.num_samples,
+            num_elites=d.num_elites,
+            iterations=d.iterations + 2 * int(action_dim >= 20),
+            num_policy_samples=d.num_pi_trajs,
         )
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_positive(self, "lr", "enc_lr_scale", "grad_clip_norm", "latent_dim", "mlp_dim")
-        check_positive(self, "enc_dim", "num_enc_layers", "simnorm_dim", "horizon", "iterations")
-        check_positive(self, "num_samples", "num_elites", "temperature", "max_std")
+        sized = [n for n in Sizes._fields if getattr(self, n) is not None and n != "num_pi_trajs"]
+        check_positive(self, "lr", "enc_lr_scale", "grad_clip_norm", "simnorm_dim", "horizon")
+        check_positive(self, "temperature", "max_std", *sized)
         check_range(self, "rho", 0.0, 1.0, low_open=True)
         check_range(self, "dropout", 0.0, 0.99)
-        check_range(self, "num_pi_trajs", 0, float("inf"))
         for name in ("consistency_coef", "reward_coef", "value_coef", "termination_coef"):
             check_range(self, name, 0.0, float("inf"))
         check_range(self, "entropy_coef", 0.0, float("inf"))
-        problems = [
-            (self.num_q < 2, f"num_q must be >= 2 (2 random Qs are drawn), got {self.num_q}"),
-            (self.num_bins < 2, f"num_bins must be >= 2, got {self.num_bins}"),
-            (self.vmin >= self.vmax, "vmin must be < vmax"),
-            (self.log_std_min >= self.log_std_max, "log_std_min must be < log_std_max"),
-            (self.num_pi_trajs >= self.num_samples, "num_pi_trajs must be < num_samples"),
-            (
-                self.latent_dim % self.simnorm_dim != 0,
-                "latent_dim must be a multiple of simnorm_dim",
-            ),
-        ]
-        for bad, message in problems:
-            if bad:
-                raise ConfigError(f"TDMPC2Config: {message}; set the flags accordingly.")
+        problems = config_problems(self)
+        if problems:
+            raise ConfigError(f"TDMPC2Config: {problems[0]}; set the flags accordingly.")
         self.planner_config()  # the planner's own checks: elites <= samples, min_std <= max_std

@@ -2,15 +2,16 @@
 
 The networks of the authors' ``WorldModel`` for state observations (``make_modules``), the
 policy prior's tanh-Gaussian head (``squashed_policy``), the model's optimizer (``adam``), the
-latent rollouts MPPI plans with (``prior_actions``, ``plan_value``) and the settings the authors
-derive from the env (``heuristic_discount``, ``seed_steps``, ``tdmpc2_env_defaults``).
+latent rollouts MPPI plans with (``prior_actions``, ``plan_value``), the authors' model sizes
+(``MODEL_SIZES``, ``Sizes``, ``sizes``) and the settings the authors derive from the env
+(``heuristic_discount``, ``seed_steps``, ``tdmpc2_env_defaults``).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -42,14 +43,74 @@ def seed_steps(episode_length: int) -> int:
 def tdmpc2_env_defaults(config: Any, episode_length: int) -> dict[str, float | int]:
     """The settings the authors derive from the env: discount and seed (warm-up) steps.
 
-    The registry hands this to the command line, which applies it to the fields left at their
-    defaults (``AgentSpec.with_env_defaults``).
+    The registry hands this to the run setup (``AgentSpec.with_env_defaults``), which applies
+    it to the fields left unset: ``discount`` None (an explicit discount is kept) and
+    ``learning_starts`` at its class default.
     """
     del config
     return {
         "discount": heuristic_discount(episode_length),
         "learning_starts": seed_steps(episode_length),
     }
+
+
+# -------------------------------------------------------------------------------- model sizes
+
+
+class Sizes(NamedTuple):
+    """The widths and counts a model size sets (``TDMPC2Config.sizes``)."""
+
+    enc_dim: int
+    mlp_dim: int
+    latent_dim: int
+    num_enc_layers: int
+    num_q: int
+    num_samples: int
+    num_elites: int
+    num_pi_trajs: int
+    iterations: int
+
+
+_MPPI = dict(num_samples=512, num_elites=64, num_pi_trajs=24, iterations=6)  # config.yaml
+
+MODEL_SIZES: dict[int | str, Sizes] = {
+    1: Sizes(256, 384, 128, 2, 2, **_MPPI),
+    5: Sizes(256, 512, 512, 2, 5, **_MPPI),
+    19: Sizes(1024, 1024, 768, 3, 5, **_MPPI),
+    48: Sizes(1792, 1792, 768, 4, 5, **_MPPI),
+    317: Sizes(4096, 4096, 1376, 5, 8, **_MPPI),
+    "cpu": Sizes(64, 64, 64, 2, 2, num_samples=64, num_elites=8, num_pi_trajs=8, iterations=3),
+}
+"""The authors' model sizes by parameter count in millions (``common/__init__.py``,
+``MODEL_SIZE``: encoder, MLP and latent widths, encoder layers, Q ensemble; the sizes leave
+planning at ``config.yaml``'s), plus ``"cpu"``: a model and an MPPI budget small enough to
+learn on a CPU (the learning test's; about 0.07M parameters)."""
+
+
+def sizes(config: Any) -> Sizes:
+    """The config's widths and counts: the fields set explicitly, the rest from its model size."""
+    chosen = {name: getattr(config, name) for name in Sizes._fields}
+    explicit = {name: value for name, value in chosen.items() if value is not None}
+    return MODEL_SIZES[config.model_size]._replace(**explicit)
+
+
+def config_problems(config: Any) -> list[str]:
+    """What is wrong with a ``TDMPC2Config`` beyond single-field ranges (empty when valid)."""
+    c = config
+    if c.model_size not in MODEL_SIZES:
+        names = ", ".join(map(str, MODEL_SIZES))
+        return [f"model_size must be one of {names}, got {c.model_size!r}"]
+    d = sizes(c)
+    problems = [
+        (d.num_q < 2, f"num_q must be >= 2 (2 random Qs are drawn), got {d.num_q}"),
+        (c.num_bins < 2, f"num_bins must be >= 2, got {c.num_bins}"),
+        (c.vmin >= c.vmax, "vmin must be < vmax"),
+        (c.log_std_min >= c.log_std_max, "log_std_min must be < log_std_max"),
+        (d.num_pi_trajs < 0, f"num_pi_trajs must be >= 0, got {d.num_pi_trajs}"),
+        (d.num_pi_trajs >= d.num_samples, "num_pi_trajs must be < num_samples"),
+        (d.latent_dim % c.simnorm_dim != 0, "latent_dim must be a multiple of simnorm_dim"),
+    ]
+    return [message for bad, message in problems if bad]
 
 
 # ----------------------------------------------------------------------------------- networks
@@ -62,12 +123,13 @@ def make_modules(config: Any, action_dim: int) -> dict[str, nn.Module]:
     All are ``NormedMLP`` (LayerNorm, Mish, N(0, 0.02^2) weights); encoder and dynamics end in
     LayerNorm + SimNorm; the reward and Q output layers start at zero; Q dropout on layer 1.
     """
-    c, hidden = config, (config.mlp_dim, config.mlp_dim)
-    mlp, enc_hidden = nets.NormedMLP, (c.enc_dim,) * max(c.num_enc_layers - 1, 1)
-    q_ensemble = nets.ensemble(mlp, c.num_q, split_rngs=("params", "dropout"))
+    c, d = config, sizes(config)
+    hidden = (d.mlp_dim, d.mlp_dim)
+    mlp, enc_hidden = nets.NormedMLP, (d.enc_dim,) * max(d.num_enc_layers - 1, 1)
+    q_ensemble = nets.ensemble(mlp, d.num_q, split_rngs=("params", "dropout"))
     return {
-        "encoder": mlp(enc_hidden, c.latent_dim, c.simnorm_dim),
-        "dynamics": mlp(hidden, c.latent_dim, c.simnorm_dim),
+        "encoder": mlp(enc_hidden, d.latent_dim, c.simnorm_dim),
+        "dynamics": mlp(hidden, d.latent_dim, c.simnorm_dim),
         "reward": mlp(hidden, c.num_bins, zero_out=True),
         "termination": mlp(hidden, 1),
         "policy": mlp(hidden, 2 * action_dim),
@@ -115,12 +177,13 @@ def adam(
 def prior_actions(agent: Any, z: jax.Array, key: jax.Array) -> jax.Array:
     """``num_pi_trajs`` action sequences ``[N, H, A]`` of the policy prior rolled out from ``z``."""
     params, c = agent.model.params, agent.config
+    num_pi_trajs = sizes(c).num_pi_trajs
 
     def prior_step(z: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
         a = agent.act_prior(agent.policy.params, z, key)[0]
         return agent.next(params, z, a), a
 
-    z_pi = jnp.broadcast_to(z, (c.num_pi_trajs, *z.shape))
+    z_pi = jnp.broadcast_to(z, (num_pi_trajs, *z.shape))
     _, actions = jax.lax.scan(prior_step, z_pi, jax.random.split(key, c.horizon))
     return actions.swapaxes(0, 1)
 
@@ -154,12 +217,16 @@ def plan_value(agent: Any, z: jax.Array, actions: jax.Array, key: jax.Array) -> 
 
 
 __all__ = [
+    "MODEL_SIZES",
+    "Sizes",
     "adam",
+    "config_problems",
     "heuristic_discount",
     "make_modules",
     "plan_value",
     "prior_actions",
     "seed_steps",
+    "sizes",
     "squashed_policy",
     "tdmpc2_env_defaults",
 ]

@@ -97,10 +97,8 @@ def sweep_command(argv: list[str]) -> dict[str, Any]:
     agent = argv[0]
     args, train_cfg, base = parse_sweep_args(agent, argv[1:])
     spec = registry.get(agent)
-    if spec.env_defaults is not None and train_cfg.env:
-        from jaxrl.envs import episode_length
-
-        base = spec.with_env_defaults(base, episode_length(train_cfg.env))
+    if train_cfg.env:
+        base = spec.for_env(base, train_cfg.env)
     if args.list_fields:
         kinds = field_kinds(spec, base, np.zeros(3, np.float32), np.zeros(1, np.float32))
         for name, kind in kinds.items():

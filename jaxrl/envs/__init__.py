@@ -13,7 +13,7 @@ included (``tests/test_layers.py``).
 """
 
 from jaxrl.envs.classic import CLASSIC_ENVS, CartPoleSwingUp, Pendulum, PointMass, make_classic
-from jaxrl.envs.gym import HostEnv, episode_length, make_env
+from jaxrl.envs.gym import HostEnv, can_terminate, episode_length, make_env
 from jaxrl.envs.jax_envs import BRAX_ENVS, BraxCore, EnvState, VecEnv, is_jax_env, make_jax_env
 from jaxrl.envs.wrappers import (
     NormalizeObservation,
@@ -40,6 +40,7 @@ __all__ = [
     "RescaleAction",
     "RunningStats",
     "VecEnv",
+    "can_terminate",
     "episode_length",
     "is_jax_env",
     "make_classic",

@@ -61,6 +61,10 @@ class BraxCore:
 
         self.name = f"brax:{name}"
         self.env = envs.get_environment(name, backend=backend, **kwargs)
+        # Brax's Ant, Hopper, Humanoid and Walker2d terminate when unhealthy (an option); the
+        # inverted pendulums when the pole falls; the others never.
+        fall = name.startswith("inverted_")
+        self.can_terminate = bool(getattr(self.env, "_terminate_when_unhealthy", fall))
         self.observation_size = self.env.observation_size
         self.action_size = self.env.action_size
         if not (randomize is None or isinstance(randomize, bool | Ranges)):

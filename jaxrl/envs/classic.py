@@ -71,6 +71,7 @@ class Pendulum:
     observation_size: ClassVar[int] = 3
     action_size: ClassVar[int] = 1
     episode_length: ClassVar[int] = 200
+    can_terminate: ClassVar[bool] = False
 
     action_low = property(lambda self: -self.max_torque)
     action_high = property(lambda self: self.max_torque)
@@ -132,6 +133,7 @@ class CartPoleSwingUp:
     action_low: ClassVar[float] = -1.0
     action_high: ClassVar[float] = 1.0
     episode_length: ClassVar[int] = 500
+    can_terminate: ClassVar[bool] = False
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
 
     def reset(self, key: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -198,6 +200,7 @@ class PointMass:
     action_low: ClassVar[float] = -1.0
     action_high: ClassVar[float] = 1.0
     episode_length: ClassVar[int] = 100
+    can_terminate: ClassVar[bool] = False
 
     reward_range = property(lambda self: (-math.sqrt(2) * self.arena, 0.0))
 

@@ -75,6 +75,40 @@ def episode_length(env_id: str) -> int:
     return -(-steps // options.get("decimation", 1))  # agent steps: the time limit counts sim steps
 
 
+TERMINATING = (
+    "InvertedPendulumEnv",
+    "InvertedDoublePendulumEnv",
+    "BipedalWalker",
+    "LunarLander",
+    "Continuous_MountainCarEnv",
+    "CarRacing",
+)
+"""Gymnasium env classes whose episodes can terminate and that have no switch for it."""
+
+
+def can_terminate(env_id: str) -> bool:
+    """Whether an episode of ``env_id`` can end by termination, not only by its time limit.
+
+    Read from the simulator: an env with a ``terminate_when_unhealthy`` setting (Gymnasium's
+    and Brax's Ant, Hopper, Humanoid, Walker2d) can when it is on; the classes in
+    ``TERMINATING`` (inverted pendulums, Box2D walker and lander, ...) always can; the
+    ``jax:`` envs, HalfCheetah, Swimmer, Reacher, Pusher, HumanoidStandup and Pendulum never
+    do. A Gymnasium env not covered by these is taken not to terminate.
+    """
+    if is_jax_env(env_id):
+        from jaxrl.envs.jax_envs import make_core
+
+        return bool(make_core(env_id)[0].can_terminate)
+    _resolve_factory(env_id)  # a clear error for an unknown id or option
+    _quiet_mujoco_warnings()
+    env = gym.make(split_env_id(env_id)[0])
+    try:
+        sim = env.unwrapped
+        return bool(getattr(sim, "_terminate_when_unhealthy", type(sim).__name__ in TERMINATING))
+    finally:
+        env.close()
+
+
 def check_spaces(env_id: str, env: gym.Env) -> None:
     """Raise ``EnvError`` unless the env has flat Box observations and bounded Box actions."""
     act, obs = env.action_space, env.observation_space

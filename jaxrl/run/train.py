@@ -51,10 +51,8 @@ def train(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     from jaxrl.envs.jax_envs import is_jax_env
 
     spec = registry.get(agent_name)
-    if spec.env_defaults is not None:
-        from jaxrl.envs import episode_length
-
-        agent_cfg = spec.with_env_defaults(agent_cfg, episode_length(train_cfg.env))
+    if train_cfg.env:  # settings derived from the env, and the agent's refusals of it
+        agent_cfg = spec.for_env(agent_cfg, train_cfg.env)
     if train_cfg.dataset:
         return _train_with_dataset(spec, train_cfg, agent_cfg)
     if train_cfg.online_steps or train_cfg.offline_steps is not None:

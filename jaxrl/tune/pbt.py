@@ -142,7 +142,6 @@ def transplant(
     """
     from jaxrl import registry
     from jaxrl.config import config_to_dict
-    from jaxrl.envs import episode_length
     from jaxrl.loops.checkpoint import Checkpointer
     from jaxrl.loops.config import prepare_run_dir
     from jaxrl.run.runs import load_run
@@ -153,8 +152,7 @@ def transplant(
     spec = registry.get(agent_name)
     run = load_run(src)
     env_id = run.config["env"]
-    if spec.env_defaults is not None:  # as ``train`` resolves it
-        agent_cfg = spec.with_env_defaults(agent_cfg, episode_length(env_id))
+    agent_cfg = spec.for_env(agent_cfg, env_id)  # as ``train`` resolves it
     fresh = spec.agent.create(agent_cfg, *_examples(env_id), run.config["seed"])
     state = run.state.replace(agent=with_settings(run.agent, fresh))
     step = Checkpointer(os.path.join(src, "checkpoints")).latest_step()
