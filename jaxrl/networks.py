@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -14,6 +14,16 @@ from flax.training.train_state import TrainState
 from jaxrl.distributions import TanhNormal
 
 default_init = nn.initializers.xavier_uniform
+
+
+class DenseInits(NamedTuple):
+    """``MLP``'s Dense initializers (Xavier kernels, zero biases; output None: as hidden)."""
+
+    kernel_init: Callable = default_init()
+    bias_init: Callable = nn.initializers.zeros
+    out_kernel_init: Callable | None = None
+    out_bias_init: Callable | None = None
+
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "relu": nn.relu,
@@ -26,7 +36,7 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 
 
 class MLP(nn.Module):
-    """Multi-layer perceptron with optional LayerNorm after each hidden Dense layer.
+    """Multi-layer perceptron with optional LayerNorm in each hidden layer.
 
     Attributes:
         hidden_dims: widths of the layers; the last one is the output width.
@@ -34,8 +44,10 @@ class MLP(nn.Module):
         layer_norm: apply LayerNorm to each hidden layer.
         activate_final: also apply norm and activation after the last layer.
         kernel_init: initializer of every Dense kernel (Xavier-uniform by default).
-        layer_norm_order: where the LayerNorm goes: 'pre_act' (Dense -> LN -> act; RLPD and
-            ReBRAC critics) or 'post_act' (Dense -> act -> LN; FQL's ``MLP``).
+        layer_norm_order: where the LayerNorm goes: 'pre_act' (Dense -> LN -> act; RLPD's
+            critic) or 'post_act' (Dense -> act -> LN; FQL's ``MLP`` and ReBRAC's networks).
+        bias_init, out_kernel_init, out_bias_init: of every Dense bias (zeros by default), and
+            of the last layer (None: as the others); ``MLP(dims, **dense_inits._asdict())``.
     """
 
     hidden_dims: Sequence[int]
@@ -44,6 +56,9 @@ class MLP(nn.Module):
     activate_final: bool = False
     kernel_init: Callable = default_init()
     layer_norm_order: Literal["pre_act", "post_act"] = "pre_act"
+    bias_init: Callable = nn.initializers.zeros
+    out_kernel_init: Callable | None = None
+    out_bias_init: Callable | None = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -53,9 +68,12 @@ class MLP(nn.Module):
                 "MLP layer_norm_order must be 'pre_act' or 'post_act', got "
                 f"{self.layer_norm_order!r}."
             )
+        last = len(self.hidden_dims) - 1
         for i, width in enumerate(self.hidden_dims):
-            x = nn.Dense(width, kernel_init=self.kernel_init)(x)
-            if i + 1 < len(self.hidden_dims) or self.activate_final:
+            kernel_init = (i == last and self.out_kernel_init) or self.kernel_init
+            bias_init = (i == last and self.out_bias_init) or self.bias_init
+            x = nn.Dense(width, kernel_init=kernel_init, bias_init=bias_init)(x)
+            if i < last or self.activate_final:
                 if self.layer_norm and self.layer_norm_order == "pre_act":
                     x = nn.LayerNorm()(x)
                 x = self.activation(x)
@@ -67,24 +85,21 @@ class MLP(nn.Module):
 class QNetwork(nn.Module):
     """State-action value ``Q(s, a)`` as an MLP on the concatenated input; returns ``[...]``.
 
-    ``layer_norm_order`` is ``MLP``'s ('pre_act' or 'post_act').
+    ``layer_norm_order`` ('pre_act' or 'post_act') and ``inits`` (``DenseInits``) go to ``MLP``.
     """
 
     hidden_dims: Sequence[int] = (256, 256)
     layer_norm: bool = False
     activation: Callable[[jax.Array], jax.Array] = nn.relu
     layer_norm_order: Literal["pre_act", "post_act"] = "pre_act"
+    inits: DenseInits = DenseInits()
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         """Q-value of each (obs, action) row."""
         x = jnp.concatenate([obs, action], axis=-1)
-        mlp = MLP(
-            (*self.hidden_dims, 1),
-            self.activation,
-            self.layer_norm,
-            layer_norm_order=self.layer_norm_order,
-        )
+        norm = {"layer_norm": self.layer_norm, "layer_norm_order": self.layer_norm_order}
+        mlp = MLP((*self.hidden_dims, 1), self.activation, **norm, **self.inits._asdict())
         return mlp(x)[..., 0]
 
 
@@ -110,7 +125,7 @@ def ensemble(
 class EnsembleQ(nn.Module):
     """``num_qs`` independent Q-networks in one vmapped call; returns ``[num_qs, ...]``.
 
-    ``layer_norm_order`` is ``MLP``'s ('pre_act' or 'post_act').
+    ``layer_norm_order`` and ``inits`` are ``QNetwork``'s.
     """
 
     hidden_dims: Sequence[int] = (256, 256)
@@ -118,12 +133,13 @@ class EnsembleQ(nn.Module):
     layer_norm: bool = False
     activation: Callable[[jax.Array], jax.Array] = nn.relu
     layer_norm_order: Literal["pre_act", "post_act"] = "pre_act"
+    inits: DenseInits = DenseInits()
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         """Q-values of every ensemble member."""
         qs = ensemble(QNetwork, self.num_qs)(
-            self.hidden_dims, self.layer_norm, self.activation, self.layer_norm_order
+            self.hidden_dims, self.layer_norm, self.activation, self.layer_norm_order, self.inits
         )
         return qs(obs, action)
 
@@ -242,17 +258,22 @@ class ValueNetwork(nn.Module):
 class DeterministicActor(nn.Module):
     """Deterministic policy ``a = tanh(MLP(s))`` in ``[-1, 1]`` (TD3, TD3+BC, ReBRAC).
 
-    ``layer_norm`` adds LayerNorm after each hidden Dense layer (ReBRAC's optional actor LN).
+    ``layer_norm`` adds LayerNorm to each hidden layer (ReBRAC's optional actor LN), placed by
+    ``layer_norm_order`` (``MLP``'s); ``inits`` initialize the Dense layers (``DenseInits``).
     """
 
     action_dim: int
     hidden_dims: Sequence[int] = (256, 256)
     layer_norm: bool = False
+    layer_norm_order: Literal["pre_act", "post_act"] = "pre_act"
+    inits: DenseInits = DenseInits()
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         """Action for ``obs``."""
-        return jnp.tanh(MLP((*self.hidden_dims, self.action_dim), layer_norm=self.layer_norm)(obs))
+        norm = {"layer_norm": self.layer_norm, "layer_norm_order": self.layer_norm_order}
+        mlp = MLP((*self.hidden_dims, self.action_dim), **norm, **self.inits._asdict())
+        return jnp.tanh(mlp(obs))
 
 
 class GaussianActor(nn.Module):

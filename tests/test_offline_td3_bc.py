@@ -178,6 +178,10 @@ def test_configs_validate_and_document_every_field():
         ReBRACConfig(critic_bc_coef=-1.0)
     with pytest.raises(ConfigError, match="--bc-reduction"):
         TD3BCConfig(bc_reduction="max")
+    with pytest.raises(ConfigError, match="--layer-norm-order"):
+        ReBRACConfig(layer_norm_order="after")
+    with pytest.raises(ConfigError, match="--network-init"):
+        TD3BCConfig(network_init="he")
     for config_cls in (TD3BCConfig, ReBRACConfig):
         for f in dataclasses.fields(config_cls):
             # Documented where it is declared; a default ReBRAC (or TD3+BC, for a shared field)
@@ -194,6 +198,92 @@ def test_configs_validate_and_document_every_field():
             "batch_size", "normalize_observations", "reward_normalization", "utd_ratio",
             "buffer_size", "learning_starts", "exploration_noise",
         }  # fmt: skip
+
+
+# ------------------------------------------------------------- networks against the reference
+
+
+def _reference_forward(layers, x, layer_norm):
+    # The reference's hidden layer by hand: Dense -> ReLU -> LayerNorm (flax epsilon 1e-6).
+    last = len([name for name in layers if name.startswith("Dense")]) - 1
+    for i in range(last):
+        dense = layers[f"Dense_{i}"]
+        x = np.maximum(x @ np.asarray(dense["kernel"]) + np.asarray(dense["bias"]), 0.0)
+        if layer_norm:
+            ln = layers[f"LayerNorm_{i}"]
+            x = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-6)
+            x = x * np.asarray(ln["scale"]) + np.asarray(ln["bias"])
+    out = layers[f"Dense_{last}"]
+    return x @ np.asarray(out["kernel"]) + np.asarray(out["bias"])
+
+
+def _perturbed(params, seed=1):
+    # Away from the initial LayerNorm scale 1 / bias 0, so a wrong order cannot match by chance.
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(seed), len(leaves))
+    return tree.unflatten(
+        [p + 0.3 * jax.random.normal(k, p.shape) for p, k in zip(leaves, keys, strict=True)]
+    )
+
+
+@pytest.mark.parametrize("order", ["post_act", "pre_act"])
+def test_rebrac_networks_have_the_reference_layer_order(order):
+    # ReBRAC's reference (tinkoff-ai/ReBRAC src/networks.py; CORL algorithms/offline/rebrac.py):
+    # every hidden layer is Dense -> ReLU -> LayerNorm; critics with LN, the actor optionally.
+    agent = _agent(ReBRACConfig, actor_layer_norm=True, layer_norm_order=order)
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(5, OBS_DIM)).astype(np.float32)
+    act = np.tanh(rng.normal(size=(5, ACT_DIM))).astype(np.float32)
+    critic_params = _perturbed(agent.critic.params)
+    qs = agent.critic.apply_fn(critic_params, obs, act)
+    layers = critic_params["params"]["VmapQNetwork_0"]["MLP_0"]
+    assert sorted(layers) == ["Dense_0", "Dense_1", "Dense_2", "LayerNorm_0", "LayerNorm_1"]
+    for member in range(2):
+        member_layers = jax.tree.map(lambda p, m=member: p[m], layers)
+        ref = _reference_forward(member_layers, np.concatenate([obs, act], -1), True)[..., 0]
+        close = np.allclose(qs[member], ref, rtol=1e-4, atol=1e-5)
+        assert close == (order == "post_act"), (order, qs[member], ref)
+    actor_params = _perturbed(agent.actor.params)
+    ref = np.tanh(_reference_forward(actor_params["params"]["MLP_0"], obs, True))
+    close = np.allclose(agent.actor.apply_fn(actor_params, obs), ref, rtol=1e-4, atol=1e-5)
+    assert close == (order == "post_act")
+    # The reference's actor has no LayerNorm by default (CORL's actor_ln=False).
+    assert "LayerNorm_0" not in _agent(ReBRACConfig).actor.params["params"]["MLP_0"]
+
+
+def test_rebrac_initialization_matches_the_reference_and_td3bc_keeps_xavier():
+    # EDAC's init, as ReBRAC's reference: hidden kernels U(+-1/sqrt(fan_in)), hidden biases 0.1,
+    # the output kernel and bias U(+-3e-3) in the critics and U(+-1e-3) in the actor.
+    obs, act = jnp.zeros(17), jnp.zeros(6)
+    agent = TD3BC.create(ReBRACConfig(), obs, act, 0)
+    critic = agent.critic.params["params"]["VmapQNetwork_0"]["MLP_0"]
+    actor = agent.actor.params["params"]["MLP_0"]
+    for layers, fan_ins, out_bound in (
+        (critic, (23, 256, 256), 3e-3),
+        (actor, (17, 256, 256), 1e-3),
+    ):
+        for i, fan_in in enumerate(fan_ins):
+            kernel, bias = np.asarray(layers[f"Dense_{i}"]["kernel"]), layers[f"Dense_{i}"]["bias"]
+            bound = 1.0 / np.sqrt(fan_in)
+            assert kernel.shape[-2] == fan_in
+            assert np.abs(kernel).max() <= bound and np.abs(kernel).max() > 0.95 * bound
+            assert kernel.std() == pytest.approx(bound / np.sqrt(3.0), rel=0.05)  # uniform's std
+            np.testing.assert_array_equal(bias, np.float32(0.1))
+        kernel, bias = (
+            np.asarray(layers["Dense_3"]["kernel"]),
+            np.asarray(layers["Dense_3"]["bias"]),
+        )
+        assert np.abs(kernel).max() <= out_bound and kernel.min() < 0 < kernel.max()  # symmetric
+        assert kernel.std() == pytest.approx(out_bound / np.sqrt(3.0), rel=0.1)
+        # The bias is drawn too (a few numbers: not 0.1, not zero, within the bound).
+        assert np.abs(bias).max() <= out_bound and np.all(bias != 0) and len(np.unique(bias)) > 1
+    # TD3+BC keeps Xavier-uniform kernels and zero biases, and LayerNorm before the activation.
+    td3bc = TD3BC.create(TD3BCConfig(critic_layer_norm=True), obs, act, 0)
+    assert td3bc.critic.apply_fn.__self__.layer_norm_order == "pre_act"
+    for name, layer in td3bc.actor.params["params"]["MLP_0"].items():
+        fan_in, fan_out = layer["kernel"].shape
+        assert np.abs(layer["kernel"]).max() <= np.sqrt(6.0 / (fan_in + fan_out)), name
+        np.testing.assert_array_equal(layer["bias"], 0.0)
 
 
 # ------------------------------------------------------------------------ learning (slow)

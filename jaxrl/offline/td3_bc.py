@@ -12,6 +12,7 @@ import dataclasses
 from functools import partial
 from typing import Literal
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -20,7 +21,13 @@ from flax.training.train_state import TrainState
 from jaxrl import rl
 from jaxrl.agents import td3
 from jaxrl.config import OfflineFields, check_choice, check_positive, check_range
-from jaxrl.networks import DeterministicActor, EnsembleQ, hparam_leaves, make_train_state
+from jaxrl.networks import (
+    DenseInits,
+    DeterministicActor,
+    EnsembleQ,
+    hparam_leaves,
+    make_train_state,
+)
 from jaxrl.offline.common import DataNorm
 from jaxrl.types import Batch, InfoDict, Params
 
@@ -138,11 +145,22 @@ class TD3BC(struct.PyTreeNode):
         """Initialize from a single (unbatched) observation and action; ``seed`` may be traced."""
         rng, k_actor, k_critic = jax.random.split(jax.random.key(seed), 3)
         obs, act = obs_example[None], action_example[None]
+        edac = config.network_init == "edac"
         actor_def = DeterministicActor(
-            action_example.shape[-1], config.hidden_dims, config.actor_layer_norm
+            action_example.shape[-1],
+            config.hidden_dims,
+            config.actor_layer_norm,
+            config.layer_norm_order,
+            edac_inits(1e-3) if edac else DenseInits(),
         )
         actor = make_train_state(actor_def, k_actor, config.actor_lr, obs)
-        critic_def = EnsembleQ(config.hidden_dims, config.num_qs, config.critic_layer_norm)
+        critic_def = EnsembleQ(
+            config.hidden_dims,
+            config.num_qs,
+            config.critic_layer_norm,
+            layer_norm_order=config.layer_norm_order,
+            inits=edac_inits(3e-3) if edac else DenseInits(),
+        )
         critic = make_train_state(critic_def, k_critic, config.critic_lr, obs, act)
         hparams = hparam_leaves(config, *_HPARAMS)
         # Targets start as copies (distinct buffers, so the whole agent can be donated to jit).
@@ -161,6 +179,18 @@ _HPARAMS = ("discount", "tau", "alpha", "actor_bc_coef", "critic_bc_coef")
 _HPARAMS += ("policy_noise", "noise_clip", "exploration_noise")
 _ACTOR_INFO = ("actor/loss", "actor/bc", "actor/q", "actor/lambda")
 
+
+def edac_inits(out_bound: float) -> DenseInits:
+    """EDAC's initialization (An et al., 2021), which ReBRAC's reference networks use.
+
+    Hidden kernels ``U(+-1/sqrt(fan_in))`` (PyTorch ``nn.Linear``'s default weights), hidden
+    biases 0.1, the output kernel and bias ``U(+-out_bound)`` (critics 3e-3, actor 1e-3).
+    """
+    fan_in_uniform = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+    out = partial(jax.random.uniform, minval=-out_bound, maxval=out_bound)  # symmetric
+    return DenseInits(fan_in_uniform, nn.initializers.constant(0.1), out, out)
+
+
 # ------------------------------------------------------------------------------------------ config
 
 
@@ -170,6 +200,8 @@ def _validate(config: TD3BCConfig) -> None:
         check_range(config, name, 0.0, float("inf"))
     check_choice(config, "actor_q", ("first", "min"))
     check_choice(config, "bc_reduction", ("mean", "sum"))
+    check_choice(config, "layer_norm_order", ("pre_act", "post_act"))
+    check_choice(config, "network_init", ("xavier", "edac"))
 
 
 @partial(dataclasses.dataclass, frozen=True)
@@ -188,6 +220,10 @@ class TD3BCConfig(OfflineFields):
     """LayerNorm after each hidden layer of the actor."""
     critic_layer_norm: bool = False
     """LayerNorm after each hidden layer of the critics."""
+    layer_norm_order: Literal["pre_act", "post_act"] = "pre_act"
+    """Hidden layers Dense -> LayerNorm -> ReLU ('pre_act') or Dense -> ReLU -> LayerNorm."""
+    network_init: Literal["xavier", "edac"] = "xavier"
+    """Xavier-uniform kernels, zero biases; or EDAC's (U(1/sqrt(fan_in)), 0.1; U(1e-3/3e-3) out)."""
     policy_noise: float = 0.2
     """Std of the target policy smoothing noise (in normalized action units)."""
     noise_clip: float = 0.5
@@ -229,6 +265,13 @@ class ReBRACConfig(TD3BCConfig):
     dataset in the paper; the defaults are its hopper-medium-v2 values (actor 0.01 is also the
     median over its halfcheetah/hopper/walker medium and medium-replay configs). Observations
     are not normalized, as in the reference configs.
+
+    The networks follow the reference (``src/networks.py`` of tinkoff-ai/ReBRAC, as CORL's
+    ``algorithms/offline/rebrac.py``): three hidden layers of 256, each Dense -> ReLU ->
+    LayerNorm (critics; the actor without LayerNorm unless ``actor_layer_norm``); hidden kernels
+    U(+-1/sqrt(fan_in)) and biases 0.1; the output layer's kernel and bias U(+-3e-3) in the
+    critics and U(+-1e-3) in the actor (then tanh). Kept as options: ``layer_norm_order
+    'pre_act'`` (Dense -> LayerNorm -> ReLU) and ``network_init 'xavier'`` (TD3+BC's networks).
     """
 
     # Redeclared fields keep TD3BCConfig's docstrings (tyro reads them from the parent class).
@@ -236,6 +279,8 @@ class ReBRACConfig(TD3BCConfig):
     normalize_observations: bool = False
     hidden_dims: tuple[int, ...] = (256, 256, 256)
     critic_layer_norm: bool = True
+    layer_norm_order: Literal["pre_act", "post_act"] = "post_act"
+    network_init: Literal["xavier", "edac"] = "edac"
     actor_lr: float = 1e-3
     critic_lr: float = 1e-3
     actor_q: Literal["first", "min"] = "min"
