@@ -31,8 +31,9 @@ def run(argv: list[str]) -> dict[str, Any]:
         ],
     )
     description = (
-        "Plan with MPPI or CEM using the true simulator as model (JAX envs). The planner defaults "
-        "are the true-model ones (horizon 16, 64 samples, 8 elites, 3 iterations), not TD-MPC2's."
+        "Plan with MPPI or CEM using the true simulator as model (JAX envs). The planner "
+        "defaults are the true-model ones (horizon 16, 64 samples, 8 elites, 3 iterations, "
+        "max std 0.5), not TD-MPC2's."
     )
     args = parse(args_cls, argv, "jaxrl plan", description)
     summary = guard(lambda: plan_run(args.run, args.planner))
