@@ -11,16 +11,23 @@ Gaussian ``(mean, std)``, keeps the ``num_elites`` best sequences and refits the
   2024, ``TDMPC2._plan`` in nicklashansen/tdmpc2 ``tdmpc2/tdmpc2.py``): the elites are weighted
   by ``softmax(temperature * (V - max V))`` (``temperature`` is the *inverse* temperature) and
   the new mean and std are the weighted mean and standard deviation of the elites;
-- ``"cem"``: the cross-entropy method (Rubinstein, 1999; as used by PETS, Chua et al., 2018):
-  uniform weights over the elites; ``momentum`` smooths the refit as mbrl-lib's ``CEMOptimizer``
-  (``alpha``) does.
+- ``"cem"``: the cross-entropy method (Rubinstein, 1999; as used by PETS, Chua et al., 2018) in
+  the form of mbrl-lib's ``CEMOptimizer`` (facebookresearch/mbrl-lib,
+  ``mbrl/planning/trajectory_opt.py``, truncated-normal sampling; ``truncated_normal_`` in
+  ``mbrl/util/math.py``): each population is drawn from a normal truncated at 2 standard
+  deviations whose variance is capped at ``((distance from the mean to the nearer bound) / 2)^2``,
+  so every sample lies inside ``[low, high]`` without piling up on the bounds; the elites
+  (uniform weights) refit the mean and the *unbiased* variance, each smoothed by ``momentum``
+  (mbrl-lib's ``alpha``): ``var = momentum * var_old + (1 - momentum) * var_elites``.
 
-The standard deviation starts at ``max_std`` and is clipped to ``[min_std, max_std]`` after each
-refit. The mean starts from the previous step's final mean shifted by one step (TD-MPC2's
-``_prev_mean``; zeros at an episode's first step). The returned action sequence is one elite drawn
-from the final weights (Gumbel-max, i.e. categorical sampling, as TD-MPC2 does), and
-``PlanState`` — a pytree that checkpoints with the rest of a training state — carries the final
-mean to the next step.
+The std starts at ``max_std``; MPPI clips it to ``[min_std, max_std]`` after each refit (TD-MPC2),
+CEM only floors it at ``min_std`` (mbrl-lib: no clip, and a start of ``(high - low) / 4``). The mean
+starts from the previous step's final mean shifted by one step (TD-MPC2's ``_prev_mean``; zeros
+at an episode's first step). The returned action sequence is one elite drawn from the final
+weights (Gumbel-max, i.e. categorical sampling, as TD-MPC2 does), and ``PlanState`` — a pytree
+that checkpoints with the rest of a training state — carries the final mean to the next step.
+Values that are NaN (a diverged model rollout) rank last for both methods (TD-MPC2 and mbrl-lib
+count them as about 0, which can make a diverged rollout an elite when returns are negative).
 
 ``plan`` handles one environment; ``jax.vmap`` it over environments and ``jax.jit`` the caller.
 """
@@ -32,6 +39,7 @@ import math
 from collections.abc import Callable
 from typing import Literal, get_args
 
+import chex
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -50,7 +58,13 @@ ValueFn = Callable[[jax.Array, jax.Array], jax.Array]
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PlannerConfig:
-    """Sampling-planner hyperparameters; defaults are TD-MPC2's (Hansen et al., 2024)."""
+    """Sampling-planner hyperparameters; defaults are TD-MPC2's (Hansen et al., 2024).
+
+    ``method="mppi"`` follows TD-MPC2's ``_plan`` (nicklashansen/tdmpc2, ``tdmpc2/tdmpc2.py``);
+    ``method="cem"`` follows mbrl-lib's ``CEMOptimizer`` (facebookresearch/mbrl-lib,
+    ``mbrl/planning/trajectory_opt.py``): truncated-normal populations with the bound-capped
+    variance, the unbiased elite variance smoothed by ``momentum``, no upper std clip.
+    """
 
     method: PlannerMethod = "mppi"
     """Elite weighting: 'mppi' (softmax of temperature * value) or 'cem' (uniform)."""
@@ -65,13 +79,14 @@ class PlannerConfig:
     temperature: float = 0.5
     """Inverse temperature of the MPPI weights exp(temperature * (V - max V)) over the elites."""
     min_std: float = 0.05
-    """Lower clip of the sampling standard deviation."""
+    """Lower clip of the sampling standard deviation (CEM: 0 is mbrl-lib's, no floor)."""
     max_std: float = 2.0
-    """Initial sampling standard deviation and its upper clip."""
+    """Initial sampling standard deviation; MPPI's upper clip too (CEM has none, as mbrl-lib)."""
     num_policy_samples: int = 0
     """Sequences from a policy prior included in each population (TD-MPC2's num_pi_trajs)."""
     momentum: float = 0.0
-    """Refit smoothing: new = momentum * old + (1 - momentum) * elite fit (mbrl-lib alpha)."""
+    """Refit smoothing, new = momentum * old + (1 - momentum) * elite fit, of the mean and of the
+    std (MPPI) or the variance (CEM, mbrl-lib's alpha)."""
 
     def __post_init__(self) -> None:
         check_choice(self, "method", PLANNER_METHODS)
@@ -96,6 +111,11 @@ class PlannerConfig:
                 f"PlannerConfig.num_policy_samples ({self.num_policy_samples}) must be < "
                 f"num_samples ({self.num_samples}) so that some sequences are sampled around the "
                 "mean; lower --num-policy-samples or raise --num-samples."
+            )
+        if self.method == "cem" and self.num_elites < 2:
+            raise ConfigError(
+                f"PlannerConfig.num_elites ({self.num_elites}) must be >= 2 for CEM (the unbiased "
+                "elite variance divides by num_elites - 1); raise --num-elites."
             )
         if self.min_std > self.max_std:
             raise ConfigError(
@@ -126,7 +146,8 @@ class PlanResult(struct.PyTreeNode):
     Attributes:
         actions: ``[H, A]`` an elite sequence drawn from the final weights; act with ``actions[0]``.
         mean: ``[H, A]`` the final mean of the sampling distribution.
-        std: ``[H, A]`` the final standard deviation (clipped to ``[min_std, max_std]``).
+        std: ``[H, A]`` the final standard deviation (MPPI: clipped to ``[min_std, max_std]``;
+            CEM: the square root of the smoothed variance, before the cap at the bounds).
         value: ``[]`` the best value of the final iteration's population.
     """
 
@@ -188,6 +209,43 @@ def elite_weights(config: PlannerConfig, elite_values: jax.Array) -> jax.Array:
     return jax.nn.softmax(logits, axis=-1)
 
 
+def capped_variance(
+    var: jax.Array, mean: jax.Array, low: float | jax.Array, high: float | jax.Array
+) -> jax.Array:
+    """CEM's sampling variance ``[H, A]``: ``var`` capped at ``(distance to nearer bound / 2)^2``.
+
+    mbrl-lib's constrained variance: with samples truncated at 2 standard deviations, a ``mean``
+    inside ``[low, high]`` (scalars or ``[A]``) yields none outside them.
+    """
+    to_bound = jnp.minimum(mean - low, high - mean)
+    return jnp.minimum(var, jnp.square(to_bound / 2.0))
+
+
+def sample_population(
+    config: PlannerConfig,
+    mean: jax.Array,
+    std: jax.Array,
+    key: jax.Array,
+    num: int,
+    low: float | jax.Array = -1.0,
+    high: float | jax.Array = 1.0,
+) -> jax.Array:
+    """``[num, H, A]`` action sequences around ``(mean, std)`` ``[H, A]``, inside ``[low, high]``.
+
+    MPPI (TD-MPC2): Gaussian samples clipped to the bounds. CEM (mbrl-lib): samples of a standard
+    normal truncated to ``[-2, 2]``, scaled by the square root of ``capped_variance``, so none is
+    clipped; the final clip only catches float rounding at the bounds.
+    """
+    chex.assert_equal_shape([mean, std])
+    shape = (num, *mean.shape)
+    if config.method == "cem":
+        noise = jax.random.truncated_normal(key, -2.0, 2.0, shape, mean.dtype)
+        scale = jnp.sqrt(capped_variance(jnp.square(std), mean, low, high))
+    else:
+        noise, scale = jax.random.normal(key, shape, mean.dtype), std
+    return jnp.clip(mean + scale * noise, low, high)
+
+
 def refit(
     config: PlannerConfig,
     elites: jax.Array,
@@ -197,17 +255,30 @@ def refit(
 ) -> tuple[jax.Array, jax.Array]:
     """New ``(mean, std)`` ``[H, A]`` from ``[K, H, A]`` elites and their ``[K]`` weights.
 
-    The weighted mean and (biased) weighted standard deviation about the new mean, smoothed by
-    ``momentum`` (mbrl-lib's ``alpha``; 0 = no smoothing, TD-MPC2), std clipped to
-    ``[min_std, max_std]``. The smoothing applies to the std, as the issue-16 contract states;
-    mbrl-lib's ``CEMOptimizer`` smooths the variance instead.
+    MPPI (TD-MPC2's ``_plan``): the weighted mean and the (biased) weighted standard deviation
+    about it, each smoothed by ``momentum`` (0 in TD-MPC2), the std clipped to
+    ``[min_std, max_std]``.
+
+    CEM (mbrl-lib's ``CEMOptimizer``): the elites' mean and unbiased variance (``ddof=1``),
+    ``mean = momentum * old_mean + (1 - momentum) * mean`` and
+    ``var = momentum * old_std^2 + (1 - momentum) * var``; the std is ``sqrt(var)``, floored at
+    ``min_std`` and not capped (the cap at the bounds applies when sampling).
     """
+    chex.assert_rank(elites, 3)
+    chex.assert_shape(weights, elites.shape[:1])
+    m = config.momentum
+    if config.method == "cem":
+        mean = jnp.mean(elites, axis=0)
+        var = jnp.var(elites, axis=0, ddof=1)
+        mean = m * old_mean + (1.0 - m) * mean
+        var = m * jnp.square(old_std) + (1.0 - m) * var
+        return mean, jnp.maximum(jnp.sqrt(var), config.min_std)
     w = weights[:, None, None]
     mean = jnp.sum(w * elites, axis=0)
     std = jnp.sqrt(jnp.sum(w * (elites - mean) ** 2, axis=0))
-    if config.momentum > 0.0:
-        mean = config.momentum * old_mean + (1.0 - config.momentum) * mean
-        std = config.momentum * old_std + (1.0 - config.momentum) * std
+    if m > 0.0:
+        mean = m * old_mean + (1.0 - m) * mean
+        std = m * old_std + (1.0 - m) * std
     return mean, jnp.clip(std, config.min_std, config.max_std)
 
 
@@ -224,8 +295,9 @@ def plan(
     """Plan an action sequence for one environment by MPPI or CEM.
 
     Each iteration evaluates ``num_samples`` sequences: ``num_samples - num_policy_samples``
-    Gaussian samples around ``(mean, std)`` clipped to ``[low, high]``, plus the policy samples.
-    The ``num_elites`` best refit ``(mean, std)`` (see ``elite_weights`` and ``refit``).
+    samples around ``(mean, std)`` inside ``[low, high]`` (``sample_population``: clipped
+    Gaussian for MPPI, bound-capped truncated normal for CEM), plus the policy samples. The
+    ``num_elites`` best refit ``(mean, std)`` (see ``elite_weights`` and ``refit``).
 
     Pure and traceable: ``jax.jit`` the caller (``config`` and ``value_fn`` are static) and
     ``jax.vmap`` over environments (close ``value_fn`` over each environment's state).
@@ -273,8 +345,7 @@ def plan(
 
     def evaluate(mean: jax.Array, std: jax.Array, key: jax.Array):
         key_noise, key_value = jax.random.split(key)
-        noise = jax.random.normal(key_noise, (num_gauss, horizon, action_dim), mean.dtype)
-        actions = jnp.clip(mean + std * noise, low, high)
+        actions = sample_population(config, mean, std, key_noise, num_gauss, low, high)
         if num_pi > 0:
             actions = jnp.concatenate([policy_actions, actions], axis=0)
         values = jnp.asarray(value_fn(actions, key_value))
@@ -315,9 +386,11 @@ __all__ = [
     "PlannerConfig",
     "PlannerMethod",
     "ValueFn",
+    "capped_variance",
     "elite_weights",
     "init_plan",
     "plan",
     "refit",
+    "sample_population",
     "warm_start",
 ]

@@ -15,9 +15,12 @@ from jaxrl.config import ConfigError
 from jaxrl.planners import (
     PlannerConfig,
     PlanState,
+    capped_variance,
     elite_weights,
     init_plan,
     plan,
+    refit,
+    sample_population,
     warm_start,
 )
 
@@ -84,15 +87,69 @@ def test_mppi_update_hand_computed():
 
 
 def test_cem_update_hand_computed_with_momentum():
+    """CEM (mbrl-lib): elite mean and unbiased variance, the variance (not the std) smoothed."""
     _, result, _ = _one_iteration("cem")
     mean = (0.2 + 0.6 - 0.4) / 3  # 0.13333
-    std = math.sqrt(((0.2 - mean) ** 2 + (0.6 - mean) ** 2 + (-0.4 - mean) ** 2) / 3)  # 0.41096
+    var = ((0.2 - mean) ** 2 + (0.6 - mean) ** 2 + (-0.4 - mean) ** 2) / (3 - 1)  # 0.25333
     np.testing.assert_allclose(result.mean, [[mean]], rtol=1e-5)
-    np.testing.assert_allclose(result.std, [[std]], rtol=1e-5)
-    # momentum 0.5 from the initial (mean 0, std max_std = 2)
+    np.testing.assert_allclose(result.std, [[math.sqrt(var)]], rtol=1e-5)  # 0.50332, no cap
+    # momentum 0.5 from the initial (mean 0, std max_std = 2, so var 4)
     _, smoothed, _ = _one_iteration("cem", momentum=0.5)
     np.testing.assert_allclose(smoothed.mean, [[0.5 * mean]], rtol=1e-5)
-    np.testing.assert_allclose(smoothed.std, [[0.5 * 2.0 + 0.5 * std]], rtol=1e-5)
+    np.testing.assert_allclose(smoothed.std, [[math.sqrt(0.5 * 4.0 + 0.5 * var)]], rtol=1e-5)
+    # the std blend the previous version used would give 0.5 * 2 + 0.5 * sqrt(var) = 1.2517
+    assert float(smoothed.std[0, 0]) == pytest.approx(1.4583, abs=1e-4)
+
+
+def test_cem_refit_no_std_cap_and_min_std_floor():
+    elites = jnp.array([-1.0, 1.0, -1.0, 1.0]).reshape(4, 1, 1)
+    cfg = PlannerConfig(method="cem", num_elites=4, min_std=0.0, max_std=0.5)
+    mean, std = refit(cfg, elites, jnp.full(4, 0.25), jnp.zeros((1, 1)), jnp.full((1, 1), 0.5))
+    np.testing.assert_allclose(mean, 0.0, atol=1e-7)
+    np.testing.assert_allclose(std, math.sqrt(4 / 3), rtol=1e-6)  # above max_std: not clipped
+    same = jnp.full((4, 1, 1), 0.3)
+    cfg = PlannerConfig(method="cem", num_elites=4, min_std=0.1)
+    _, std = refit(cfg, same, jnp.full(4, 0.25), jnp.zeros((1, 1)), jnp.ones((1, 1)))
+    np.testing.assert_allclose(std, 0.1)
+
+
+def test_cem_samples_stay_inside_and_off_the_bounds():
+    """Truncated, bound-capped CEM samples vs the clipped Gaussian MPPI keeps (TD-MPC2)."""
+    mean = jnp.array([[0.0, 0.9, -0.95, 0.5]])  # [H=1, A=4]
+    std = jnp.full_like(mean, 2.0)  # wide, as at the first iteration
+    key = jax.random.key(0)
+    cem = np.asarray(sample_population(PlannerConfig(method="cem"), mean, std, key, 20000))
+    mppi = np.asarray(sample_population(PlannerConfig(method="mppi"), mean, std, key, 20000))
+    assert cem.shape == mppi.shape == (20000, 1, 4)
+    assert cem.min() >= -1.0 and cem.max() <= 1.0
+    assert (np.abs(cem) == 1.0).mean() == 0.0
+    # the clip puts most of these samples exactly on a bound: 62% at mean 0, 69% near a bound
+    assert (np.abs(mppi) == 1.0).mean() > 0.5
+    # spread: std of N(0, 1) truncated at +-2 is 0.8796, times sqrt(capped var) = half the
+    # distance to the nearer bound: 0.5, 0.05, 0.025, 0.25
+    np.testing.assert_allclose(
+        cem.std(axis=0)[0], 0.8796 * np.array([0.5, 0.05, 0.025, 0.25]), rtol=0.03
+    )
+    np.testing.assert_allclose(cem.mean(axis=0)[0], mean[0], atol=0.01)
+    # a small variance is left as it is
+    small = sample_population(
+        PlannerConfig(method="cem"), mean, jnp.full_like(mean, 0.01), key, 20000
+    )
+    np.testing.assert_allclose(np.std(small, axis=0)[0, [0, 3]], 0.8796 * 0.01, rtol=0.03)
+
+
+def test_capped_variance_near_a_bound():
+    mean = jnp.array([0.0, 0.9, -0.96, 1.0, 0.5])
+    var = capped_variance(jnp.full(5, 4.0), mean, -1.0, 1.0)
+    # ((distance to the nearer bound) / 2)^2: 0.25, 0.0025, 0.0004, 0, 0.0625
+    np.testing.assert_allclose(var, [0.25, 0.0025, 0.0004, 0.0, 0.0625], rtol=1e-5, atol=1e-9)
+    small = np.asarray(capped_variance(jnp.full(5, 1e-3), mean, -1.0, 1.0))
+    np.testing.assert_allclose(small[[0, 4]], 1e-3)
+    # per-dimension bounds [A]
+    var = capped_variance(
+        jnp.full((1, 2), 9.0), jnp.array([[1.0, 1.0]]), jnp.array([0.0, -2.0]), 4.0
+    )
+    np.testing.assert_allclose(var, [[0.25, 2.25]])
 
 
 def test_std_clipped_to_min_std():
@@ -186,6 +243,7 @@ def test_init_plan_shapes():
         ({"momentum": 1.0}, r"momentum must be in \[0, 1\)"),
         ({"min_std": -0.1}, "min_std must be in"),
         ({"horizon": 2.5}, "horizon must be an integer"),
+        ({"method": "cem", "num_elites": 1}, r"num_elites \(1\) must be >= 2 for CEM"),
     ],
 )
 def test_config_validation(kwargs, match):

@@ -15,7 +15,7 @@ from jaxrl.cli.common import EXIT_STOPPED, guard, parse
 
 def run(argv: list[str]) -> dict[str, Any]:
     """Parse the run and planner options (tyro), plan and print one line."""
-    from jaxrl.loops.plan import PlanRunConfig, plan_run
+    from jaxrl.loops.plan import TRUE_SIM_PLANNER, PlanRunConfig, plan_run
     from jaxrl.planners import PlannerConfig
 
     omit = tyro.conf.OmitArgPrefixes
@@ -23,10 +23,18 @@ def run(argv: list[str]) -> dict[str, Any]:
         "PlanArgs",
         [
             ("run", Annotated[PlanRunConfig, omit]),
-            ("planner", Annotated[PlannerConfig, omit], dataclasses.field(default=PlannerConfig())),
+            (
+                "planner",
+                Annotated[PlannerConfig, omit],
+                dataclasses.field(default=TRUE_SIM_PLANNER),
+            ),
         ],
     )
-    description = "Plan with MPPI or CEM using the true simulator as model (JAX envs)."
+    description = (
+        "Plan with MPPI or CEM using the true simulator as model (JAX envs). The planner "
+        "defaults are the true-model ones (horizon 16, 64 samples, 8 elites, 3 iterations, "
+        "max std 0.5), not TD-MPC2's."
+    )
     args = parse(args_cls, argv, "jaxrl plan", description)
     summary = guard(lambda: plan_run(args.run, args.planner))
     if not summary["completed"]:  # a stop signal: the state is saved, the same command resumes
