@@ -200,13 +200,27 @@ def test_early_stopping_keeps_the_best_epoch():
     fit = fit_with_early_stopping
     key = jax.random.key(0)
     model_out, best, epochs, _ = fit(
-        model, train_epoch, score, key, max_epochs=9, patience=3, threshold=0.01
+        model,
+        train_epoch,
+        score,
+        score(model.params),
+        key,
+        max_epochs=9,
+        patience=3,
+        threshold=0.01,
     )
     assert int(epochs) == 6 and int(model_out.params) == 3
     np.testing.assert_allclose(best, [3.0, 4.0])
     # No patience: every epoch runs and the best (epoch 7) is kept.
     model_out, best, epochs, _ = fit(
-        model, train_epoch, score, key, max_epochs=9, patience=0, threshold=0.01
+        model,
+        train_epoch,
+        score,
+        score(model.params),
+        key,
+        max_epochs=9,
+        patience=0,
+        threshold=0.01,
     )
     assert int(epochs) == 9 and int(model_out.params) == 7
     # Nothing improves: the last epoch's parameters stay (as mbrl-lib's trainer).
@@ -214,6 +228,7 @@ def test_early_stopping_keeps_the_best_epoch():
         model.replace(params=jnp.int32(7)),
         train_epoch,
         score,
+        score(jnp.int32(7)),
         key,
         max_epochs=2,
         patience=5,

@@ -128,10 +128,15 @@ class PETS(struct.PyTreeNode):
             model, _, loss = jax.lax.fori_loop(0, n_batches, train_batch, init)
             return model, loss / jnp.maximum(n_batches, 1)
 
+        def score(params: Params) -> jax.Array:
+            return member_mse(agent, params, data, scored)
+
+        start = score(self.model.params)
         model, best, epochs, loss = fit_with_early_stopping(
             self.model,
             train_epoch,
-            lambda params: member_mse(agent, params, data, scored),
+            score,
+            start,
             k_epochs,
             max_epochs=cfg.model_epochs,
             patience=cfg.patience,
@@ -141,6 +146,7 @@ class PETS(struct.PyTreeNode):
         info = {
             "model/nll": loss,
             "model/mse": best.mean(),
+            "model/mse_before": start.mean(),
             "model/elite_mse": jnp.sort(best)[: cfg.num_elites].mean(),
             "model/epochs": epochs,
             "model/train_rows": n_train,

@@ -133,6 +133,7 @@ def fit_with_early_stopping(
     model: TrainState,
     train_epoch: Callable[[TrainState, jax.Array], tuple[TrainState, jax.Array]],
     score: Callable[[dict], jax.Array],
+    start: jax.Array,
     key: jax.Array,
     *,
     max_epochs: int,
@@ -142,11 +143,11 @@ def fit_with_early_stopping(
     """Train epochs until ``max_epochs``, or ``patience`` epochs without improvement (0: never).
 
     mbrl-lib's ``ModelTrainer.train``: ``score(params)`` is each member's held-out error,
-    measured before training and after every epoch; an epoch improves when some member's score
-    fell by more than ``threshold`` relative to its best, and then the parameters are kept and
-    every member's best becomes ``min(best, score)``. At the end the kept parameters replace
-    the last epoch's (unless no epoch improved). Returns ``(model, best scores, epochs run,
-    last epoch's mean loss)``.
+    ``start`` its value before training; after every epoch, the epoch improves when some
+    member's score fell by more than ``threshold`` relative to its best, and then the
+    parameters are kept and every member's best becomes ``min(best, score)``. At the end the
+    kept parameters replace the last epoch's (unless no epoch improved). Returns ``(model,
+    best scores, epochs run, last epoch's mean loss)``.
     """
 
     def epoch(carry: tuple) -> tuple:
@@ -167,10 +168,8 @@ def fit_with_early_stopping(
         return (i < max_epochs) & ((since < patience) if patience else True)
 
     zero = jnp.int32(0)
-    start = (model, score(model.params), model.params, jnp.bool_(False), zero, zero, key)
-    model, best, best_params, improved, _, epochs, _, loss = jax.lax.while_loop(
-        more, epoch, (*start, jnp.float32(0))
-    )
+    carry = (model, start, model.params, jnp.bool_(False), zero, zero, key, jnp.float32(0))
+    model, best, best_params, improved, _, epochs, _, loss = jax.lax.while_loop(more, epoch, carry)
     params = jax.tree.map(lambda p, q: jnp.where(improved, p, q), best_params, model.params)
     return model.replace(params=params), best, epochs, loss
 
