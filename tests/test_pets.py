@@ -500,7 +500,7 @@ PETS_CPU = [
     "--ensemble-size", "4", "--num-elites", "2", "--hidden-dims", "64", "64",
     "--num-particles", "4", "--horizon", "15", "--population", "64", "--cem-elites", "8",
     "--cem-iterations", "3", "--learning-starts", "200", "--buffer-size", "600",
-    "--model-train-freq", "50", "--model-epochs", "25", "--patience", "25", "--batch-size", "64",
+    "--model-train-freq", "25", "--model-epochs", "25", "--patience", "25", "--batch-size", "64",
     "--model-lr", "7.5e-4", "--validation-ratio", "0.1",
 ]  # fmt: skip
 

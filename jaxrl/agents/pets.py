@@ -93,13 +93,8 @@ class PETS(struct.PyTreeNode):
     def update(self, buffer: BufferState) -> tuple[PETS, InfoDict]:
         """Refit the ensemble on the replay buffer's stored rows, as mbrl-lib's PETS.
 
-        The input normalizer is fitted to all stored rows; a random ``validation_ratio`` of
-        them is held out; each member trains on its own bootstrap resample of the rest, for
-        up to ``model_epochs`` epochs of ``batch_size`` minibatches, stopping after
-        ``patience`` epochs in which no member's held-out MSE improved by
-        ``improvement_threshold`` (relative); the parameters of the best epoch are kept and
-        the elites are the members with the lowest best held-out MSE (the training rows'
-        MSE when nothing is held out). The loops call it every ``model_train_freq`` steps.
+        The loops call it every ``model_train_freq`` env steps; the steps are in
+        ``PETSConfig``'s docstring. Elites: the members with the lowest best held-out MSE.
         """
         cfg, e, b = self.config, self.config.ensemble_size, self.config.batch_size
         data, size, capacity = buffer.data, buffer.size, buffer.capacity
@@ -276,9 +271,7 @@ class PETS(struct.PyTreeNode):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PETSConfig(OffPolicyFields):
-    """PETS hyperparameters; mbrl-lib's defaults (``pets.yaml``, ``gaussian_mlp_ensemble``).
-
-    The training fields are those of ``overrides/pets_hopper.yaml``.
+    """PETS hyperparameters: mbrl-lib's (``pets.yaml``, ``gaussian_mlp_ensemble``, pets_hopper).
 
     Training follows mbrl-lib's PETS: every ``model_train_freq`` env steps (the first time
     after the ``learning_starts`` random steps, before the first planned action) the ensemble
@@ -294,13 +287,15 @@ class PETSConfig(OffPolicyFields):
     here) so that the elites are chosen on held-out data; ``utd_ratio`` is unused; the
     normalizer's variance is the population one (mbrl-lib: n - 1); each epoch sorts
     ``buffer_size`` random keys (size the buffer to the run, as mbrl-lib does: ~0.6 s per epoch
-    at 10^6 rows on a laptop CPU). CEM (``jaxrl.planners``) clips its Gaussian samples to
-    [-1, 1] and smooths the std (mbrl-lib: truncated samples inside the bounds, smoothing of
-    the variance). Rollouts never terminate (the PETS envs here have no termination), the
-    planned return is undiscounted (``discount`` and ``tau`` are unused) and a known
-    ``reward_fn`` reads raw observations (do not combine it with env observation
-    normalization). Cost at the defaults: 500 sequences x 20 particles x 15 steps x 5
-    iterations of a 4x200 MLP, ~180 GFLOP per env and env step.
+    at 10^6 rows on this CPU). CEM (``jaxrl.planners``) clips its Gaussian samples to [-1, 1]
+    and smooths the std (mbrl-lib: truncated samples, smoothed variance). Rollouts never
+    terminate (the PETS envs here have no termination), the planned return is undiscounted
+    (``discount`` and ``tau`` are unused) and a known ``reward_fn`` reads raw observations (do
+    not combine it with env observation normalization). Cost at the defaults: 500 sequences x
+    20 particles x 15 steps x 5 iterations of a 4x200 MLP, ~180 GFLOP per env and env step.
+    The tests' CPU config (``PETS_CPU``, tests/test_pets.py) is small: 4 members of 64x64, CEM
+    64 x 3, a refit every 25 steps (pets_cartpole, also 200-step episodes: 50) at its rate and
+    epochs, batch 64, 10% held out.
     """
 
     learning_starts: int = 1_000  # mbrl-lib: one episode (trial_length) of random actions
