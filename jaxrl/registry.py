@@ -65,6 +65,11 @@ class AgentSpec:
         actor_obs_field: the config field holding how many leading observation features the
             actor reads (asymmetric actor-critic: the rest are privileged critic inputs, see
             ``jaxrl.envs.privileged``); None when the agent cannot train that way.
+        refit_field: the config field holding a period ``K`` in env steps: instead of
+            ``utd_ratio`` minibatch steps per env step, the loops call ``update`` once with the
+            whole replay buffer (its ``BufferState``) when the buffer reaches
+            ``learning_starts + j K`` rows (``refit_due``), so the next action uses the refit
+            model (PETS's periodic refit of its ensemble); None for minibatch updates.
     """
 
     name: str
@@ -81,6 +86,7 @@ class AgentSpec:
     env_defaults: Callable[[Any, int], dict[str, Any]] | None = None
     termination_field: str | None = None
     actor_obs_field: str | None = None
+    refit_field: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -88,7 +94,9 @@ class AgentSpec:
                 f"AgentSpec {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}."
             )
         fields = {f.name for f in dataclasses.fields(self.config)}
-        for attr in ("horizon_field", "sequence_field", "termination_field", "actor_obs_field"):
+        for attr in (
+            "horizon_field", "sequence_field", "termination_field", "actor_obs_field", "refit_field"
+        ):
             field = getattr(self, attr)
             if field is not None and field not in fields:
                 raise ValueError(
@@ -104,6 +112,10 @@ class AgentSpec:
     def sequence_length(self, config: Any) -> int | None:
         """Steps per sequence in a minibatch (``sequence_field``), or None for single rows."""
         return None if self.sequence_field is None else getattr(config, self.sequence_field)
+
+    def refit_every(self, config: Any) -> int | None:
+        """Env steps between whole-buffer refits (``refit_field``), or None for minibatches."""
+        return None if self.refit_field is None else int(getattr(config, self.refit_field))
 
     def with_env_defaults(self, config: Any, episode_length: int) -> Any:
         """``config`` with the settings ``env_defaults`` derives from the env's episode length.
@@ -259,6 +271,19 @@ _builtin(
     env_defaults="tdmpc2_env_defaults",
     termination_field="episodic",
 )
-_builtin("pets", "planner", "agents.pets:PETS:PETSConfig")
+_builtin("pets", "planner", "agents.pets:PETS:PETSConfig", refit_field="model_train_freq")
 
-__all__ = ["AgentSpec", "KINDS", "Kind", "REGISTRY", "get", "names", "register"]
+
+def refit_due(steps: Any, num_envs: int, learning_starts: int, every: int) -> Any:
+    """Whether a refit is due after ``steps`` env steps (Python or traced ints).
+
+    True when the last vectorized step (``num_envs`` env steps) reached
+    ``learning_starts + j every`` steps for some ``j >= 0``: the first refit sees exactly the
+    ``learning_starts`` random-action rows (mbrl-lib's PETS trains before its first planned
+    action), then one follows every ``every`` steps.
+    """
+    since = steps - learning_starts
+    return (since >= 0) & (since % every < num_envs)
+
+
+__all__ = ["AgentSpec", "KINDS", "Kind", "REGISTRY", "get", "names", "refit_due", "register"]

@@ -922,7 +922,7 @@ PRE_EXISTING = {
         "test_rollout_length_rejects_incompatible_num_envs": 1,
     },
     "test_tdmpc2.py": {"test_config_errors_are_clear": 6},
-    "test_pets.py": {"test_config_validation_errors": 8},
+    "test_pets.py": {"test_config_validation_errors": 9},
     "test_offline_bc_iql.py": {"test_bad_config_raises_naming_the_flag": 12},
     "test_offline_generative.py": {"test_bad_config_raises_naming_the_flag": 14},
     "test_offline_cql.py": {"test_config_validation_names_the_flag": 1},

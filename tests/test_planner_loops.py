@@ -141,6 +141,8 @@ def test_pets_with_mppi_trains_in_the_host_loop_and_evaluates_by_planning(tmp_pa
     tiny = ["--hidden-dims", "32", "32", "--ensemble-size", "2", "--num-elites", "2"]
     tiny += ["--population", "32", "--cem-elites", "4", "--cem-iterations", "2", "--horizon", "5"]
     tiny += ["--num-particles", "2", "--batch-size", "32", "--learning-starts", "100"]
+    # One refit (at step 100) long enough to fit the raw reward targets (Pendulum's: -16 to 0).
+    tiny += ["--model-lr", "1e-3", "--model-epochs", "100", "--patience", "0"]
     main(
         ["train", "pets", "--env", "Pendulum-v1", "--total-steps", "150", "--eval-every", "150"]
         + ["--eval-episodes", "1", "--out", out, "--no-progress", "--method", "mppi"]
@@ -150,6 +152,7 @@ def test_pets_with_mppi_trains_in_the_host_loop_and_evaluates_by_planning(tmp_pa
     assert summary["completed"] and np.isfinite(summary["final_eval_return_mean"])
     rows = read_metrics(os.path.join(out, "metrics.csv"))
     assert np.isfinite(rows[-1]["model/nll"]) and rows[-1]["model/mse"] < 1.0  # it learned
+    assert rows[-1]["model/mse_before"] > 5.0 and rows[-1]["model/epochs"] == 100
     capsys.readouterr()
     main(["eval", out, "--episodes", "1"])
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

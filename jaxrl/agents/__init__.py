@@ -1,11 +1,11 @@
 """Online agents: SAC (and RLPD, SAC with RLPD's configuration), TD3, PPO; planners: TD-MPC2, PETS.
 
-One file per agent (``tdmpc2_model`` holds TD-MPC2's world model). ``jaxrl.registry`` names
-every agent, online and offline, with its config and kind.
+One file per agent (``tdmpc2_model`` holds TD-MPC2's world model, ``pets_model`` PETS's
+ensemble). ``jaxrl.registry`` names every agent, online and offline, with its config and kind.
 
 May import: the core modules at ``jaxrl``'s root only (networks, distributions, rl, planners,
-normalization, config, types, errors); never envs, datasets, offline agents, the registry, the
-loops or anything above them (the import-linter contracts in ``pyproject.toml``).
+buffers, normalization, config, types, errors); never envs, datasets, offline agents, the
+registry, the loops or anything above them (the import-linter contracts in ``pyproject.toml``).
 """
 
 from jaxrl.agents.pets import PETS, PETSConfig

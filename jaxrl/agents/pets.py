@@ -5,18 +5,19 @@ Dynamics Models" (arXiv:1805.12114), with the defaults of mbrl-lib's PETS. A pro
 ensemble (each member a Gaussian MLP over the normalized ``[obs, action]``) predicts the
 observation delta and, unless a known reward function is named, the reward. Actions come from
 CEM over action sequences (``jaxrl.planners``) whose value is the mean, over trajectory-sampled
-particles, of the summed predicted rewards. The state (ensemble, optimizer, normalizers, elite
-scores) is one frozen pytree, so ``update`` scans, jits and vmaps.
+particles, of the summed predicted rewards. The ensemble is refit on the whole replay buffer
+every ``model_train_freq`` env steps (``PETS.update``, driven by the loops through the
+registry's ``refit_field``). The state (ensemble, optimizer, input normalizer, elite scores) is
+one frozen pytree, so ``update`` jits and vmaps.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from typing import Literal
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
@@ -25,9 +26,20 @@ from flax.training.train_state import TrainState
 
 from jaxrl import networks as nets
 from jaxrl import planners
+from jaxrl.agents.pets_model import (
+    GaussianMLP,
+    bound_logvar,
+    buffer_stats,
+    fit_with_early_stopping,
+    member_mse,
+    model_loss,
+    normalize_inputs,
+    shuffled_prefix,
+)
+from jaxrl.buffers import BufferState
 from jaxrl.config import ConfigError, OffPolicyFields, check_choice, check_positive, check_range
-from jaxrl.normalization import RunningStats, running_stats_init, running_stats_update
-from jaxrl.types import Batch, InfoDict, Params
+from jaxrl.normalization import RunningStats, running_stats_init
+from jaxrl.types import InfoDict, Params, Transition
 
 # ------------------------------------------------------------------------------ known rewards
 
@@ -48,85 +60,15 @@ REWARD_FNS: dict[str, Callable[[jax.Array, jax.Array, jax.Array], jax.Array]] = 
 }
 """Known rewards ``r(obs, action, next_obs)`` on raw observations and actions in [-1, 1]."""
 
-# ------------------------------------------------------------------------------------ the model
-
-
-def _trunc_normal_init(key: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
-    # mbrl-lib's `truncated_normal_init`: N(0, 1 / (4 fan_in)) truncated at 2 std.
-    std = 1.0 / (2.0 * jnp.sqrt(shape[0]))
-    return std * jax.random.truncated_normal(key, -2.0, 2.0, shape, dtype)
-
-
-class GaussianMLP(nn.Module):
-    """One ensemble member: SiLU MLP emitting ``(mean, raw log-variance)``, each ``[..., out]``."""
-
-    out_dim: int
-    hidden_dims: Sequence[int] = (200, 200, 200, 200)
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Mean and unbounded log-variance of the target given the normalized input ``x``."""
-        dims = (*self.hidden_dims, 2 * self.out_dim)
-        out = nets.MLP(dims, nn.silu, kernel_init=_trunc_normal_init)(x)
-        return out[..., : self.out_dim], out[..., self.out_dim :]
-
-
-def bound_logvar(raw: jax.Array, min_logvar: jax.Array, max_logvar: jax.Array) -> jax.Array:
-    """Softly bound a log-variance into ``(min_logvar, max_logvar)`` (PETS appendix A.1).
-
-    ``max - softplus(max - raw)`` then ``min + softplus(. - min)``, as mbrl-lib's ``GaussianMLP``.
-    """
-    logvar = max_logvar - jax.nn.softplus(max_logvar - raw)
-    return min_logvar + jax.nn.softplus(logvar - min_logvar)
-
-
-def gaussian_nll(mean: jax.Array, logvar: jax.Array, target: jax.Array) -> jax.Array:
-    """Elementwise Gaussian NLL without the constant and the 1/2: ``(mu - y)^2 e^-lv + lv``."""
-    return (mean - target) ** 2 * jnp.exp(-logvar) + logvar
-
-
-def _normalize(stats: RunningStats, x: jax.Array) -> jax.Array:
-    # mbrl-lib's Normalizer: a (near-)constant dimension is only centered (std < 1e-5 -> 1).
-    std = jnp.sqrt(stats.var)
-    return (x - stats.mean) / jnp.where(std < 1e-5, 1.0, std)
-
-
-def _denormalize(stats: RunningStats, y: jax.Array) -> jax.Array:
-    std = jnp.sqrt(stats.var)
-    return y * jnp.where(std < 1e-5, 1.0, std) + stats.mean
-
-
-# ----------------------------------------------------------------------------------------- losses
-
-
-def model_loss(
-    params: Params, agent: PETS, x: jax.Array, y: jax.Array
-) -> tuple[jax.Array, InfoDict]:
-    """Ensemble NLL with the log-variance bound regularizer (PETS eq. 2 and appendix A.1).
-
-    ``x [E, B, in]``, ``y [E, B, out]``: each member's own (bootstrap) rows. The NLL is averaged
-    over rows and dimensions and summed over members, plus ``0.01 (sum max_lv - sum min_lv)``.
-    """
-    mean, logvar = agent.predict(params, x)
-    nll = gaussian_nll(mean, logvar, y).mean(axis=(1, 2)).sum()
-    reg = 0.01 * (params["max_logvar"].sum() - params["min_logvar"].sum())
-    if not agent.config.learn_logvar_bounds:
-        reg = jax.lax.stop_gradient(reg)  # fixed bounds: a constant, as in mbrl-lib
-    mse = ((mean - y) ** 2).mean(axis=(1, 2))
-    info = {"model/nll": nll, "model/mse": mse.mean(), "model/logvar": logvar.mean()}
-    return nll + reg, {**info, "model/member_mse": mse}
-
-
 # -------------------------------------------------------------------------------------- the agent
 
 
 class PETS(struct.PyTreeNode):
-    """PETS state: ensemble and optimizer, input/target normalizers, elite scores, RNG."""
+    """PETS state: ensemble and optimizer, input normalizer, elite scores, RNG."""
 
     rng: jax.Array
     model: TrainState
     in_stats: RunningStats
-    out_stats: RunningStats
     elite_score: jax.Array
     obs_dim: int = struct.field(pytree_node=False)
     action_dim: int = struct.field(pytree_node=False)
@@ -140,31 +82,72 @@ class PETS(struct.PyTreeNode):
             lo, hi = jax.lax.stop_gradient(lo), jax.lax.stop_gradient(hi)
         return mean, bound_logvar(raw, lo, hi)
 
-    def update(self, batch: Batch) -> tuple[PETS, InfoDict]:
-        """One NLL step of every member on its bootstrap resample of ``batch`` (rows ``[B, ...]``).
+    def model_data(self, rows: Transition) -> tuple[jax.Array, jax.Array]:
+        """Normalized inputs ``[obs, action]`` and raw targets (delta obs, reward) of ``rows``."""
+        x = normalize_inputs(self.in_stats, jnp.concatenate([rows.obs, rows.action], axis=-1))
+        y = rows.next_obs - rows.obs
+        if self.config.reward_fn == "learned":
+            y = jnp.concatenate([y, rows.reward[..., None]], axis=-1)
+        return x, y
 
-        The normalizers first absorb the batch; each member's score is an EMA of its MSE on its
-        rows, measured in the same forward pass (before the step); the elites have the lowest.
+    def update(self, buffer: BufferState) -> tuple[PETS, InfoDict]:
+        """Refit the ensemble on the replay buffer's stored rows, as mbrl-lib's PETS.
+
+        The loops call it every ``model_train_freq`` env steps; the steps are in
+        ``PETSConfig``'s docstring. Elites: the members with the lowest best held-out MSE.
         """
-        cfg, e = self.config, self.config.ensemble_size
-        rng, key = jax.random.split(self.rng)
-        x_raw = jnp.concatenate([batch.obs, batch.action], axis=-1)
-        y_raw = batch.next_obs - batch.obs
-        if cfg.reward_fn == "learned":
-            y_raw = jnp.concatenate([y_raw, batch.reward[:, None]], axis=-1)
-        in_stats = running_stats_update(self.in_stats, x_raw)
-        out_stats = self.out_stats
-        if cfg.normalize_targets:
-            out_stats = running_stats_update(out_stats, y_raw)
-        x, y = _normalize(in_stats, x_raw), _normalize(out_stats, y_raw)
-        rows = jax.random.randint(key, (e, x.shape[0]), 0, x.shape[0])
-        agent = self.replace(in_stats=in_stats, out_stats=out_stats)
-        model, info = nets.gradient_step(self.model, model_loss, agent, x[rows], y[rows])
-        mse = info.pop("model/member_mse")
-        score = (1.0 - cfg.elite_ema) * self.elite_score + cfg.elite_ema * mse
-        elite_mse = jnp.sort(score)[: cfg.num_elites].mean()
-        info = {**info, "model/elite_score": elite_mse}
-        return agent.replace(rng=rng, model=model, elite_score=score), info
+        cfg, e, b = self.config, self.config.ensemble_size, self.config.batch_size
+        data, size, capacity = buffer.data, buffer.size, buffer.capacity
+        rng, k_split, k_boot, k_epochs = jax.random.split(self.rng, 4)
+        x_all = jnp.concatenate([data.obs, data.action], axis=-1)
+        agent = self.replace(rng=rng, in_stats=buffer_stats(x_all, size))
+        rows = shuffled_prefix(k_split, capacity, size)  # rows[:size]: the stored rows, shuffled
+        n_val = jnp.floor(size * cfg.validation_ratio).astype(jnp.int32)
+        n_train = size - n_val
+        held_out = n_val > 0
+        scored = (rows, jnp.where(held_out, n_train, 0), jnp.where(held_out, n_val, n_train))
+        # Member m's j-th training row is rows[boot[m, j]], j < n_train (drawn with replacement).
+        boot = jax.random.randint(k_boot, (e, capacity), 0, n_train)
+        n_batches = -(-n_train // b)
+
+        def train_batch(k: jax.Array, carry: tuple) -> tuple:
+            model, order, loss = carry
+            j = k * b + jnp.arange(b)
+            pos = order[jnp.minimum(j, capacity - 1)]
+            x, y = agent.model_data(jax.tree.map(lambda d: d[rows[boot[:, pos]]], data))
+            model, info = nets.gradient_step(model, model_loss, agent, x, y, j < n_train)
+            return model, order, loss + info["model/nll"]
+
+        def train_epoch(model: TrainState, key: jax.Array) -> tuple[TrainState, jax.Array]:
+            init = (model, shuffled_prefix(key, capacity, n_train), jnp.float32(0))
+            model, _, loss = jax.lax.fori_loop(0, n_batches, train_batch, init)
+            return model, loss / jnp.maximum(n_batches, 1)
+
+        def score(params: Params) -> jax.Array:
+            return member_mse(agent, params, data, scored)
+
+        start = score(self.model.params)
+        model, best, epochs, loss = fit_with_early_stopping(
+            self.model,
+            train_epoch,
+            score,
+            start,
+            k_epochs,
+            max_epochs=cfg.model_epochs,
+            patience=cfg.patience,
+            threshold=cfg.improvement_threshold,
+        )
+        agent = agent.replace(model=model, elite_score=best)
+        info = {
+            "model/nll": loss,
+            "model/mse": best.mean(),
+            "model/mse_before": start.mean(),
+            "model/elite_mse": jnp.sort(best)[: cfg.num_elites].mean(),
+            "model/epochs": epochs,
+            "model/train_rows": n_train,
+            "model/val_rows": n_val,
+        }
+        return agent, info
 
     # ---------------------------------------------------------------------------------- acting
 
@@ -192,11 +175,10 @@ class PETS(struct.PyTreeNode):
                 order = fixed
             else:
                 order = jax.random.permutation(k_perm, n * p).reshape(cfg.num_elites, -1)
-            x = _normalize(self.in_stats, jnp.concatenate([states, act], axis=-1))
+            x = normalize_inputs(self.in_stats, jnp.concatenate([states, act], axis=-1))
             mean, logvar = self.predict(params, x[order])
             sample = mean + jnp.exp(0.5 * logvar) * jax.random.normal(k_noise, mean.shape)
             y = jnp.zeros((n * p, mean.shape[-1])).at[order].set(sample)
-            y = _denormalize(self.out_stats, y)
             next_states = states + y[:, : self.obs_dim]
             if cfg.reward_fn == "learned":
                 reward = y[:, -1]
@@ -280,8 +262,8 @@ class PETS(struct.PyTreeNode):
         )
         model = TrainState.create(apply_fn=member.apply, params=params, tx=tx)
         score = jnp.zeros(config.ensemble_size, jnp.float32)
-        stats_in, stats_out = running_stats_init(x.shape[-1]), running_stats_init(out_dim)
-        return cls(rng, model, stats_in, stats_out, score, obs_dim, action_dim, config)
+        stats = running_stats_init(x.shape[-1])
+        return cls(rng, model, stats, score, obs_dim, action_dim, config)
 
 
 # ------------------------------------------------------------------------------------------ config
@@ -289,40 +271,59 @@ class PETS(struct.PyTreeNode):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PETSConfig(OffPolicyFields):
-    """PETS hyperparameters; mbrl-lib's PETS defaults (``pets.yaml``, ``gaussian_mlp_ensemble``).
+    """PETS hyperparameters: mbrl-lib's (``pets.yaml``, ``gaussian_mlp_ensemble``, pets_hopper).
 
-    Training differs from mbrl-lib's (which refits the ensemble every ``freq_train_model`` steps
-    for up to ``num_epochs_train_model`` epochs with early stopping on a validation split):
-    here the ensemble trains online on the shared replay buffer, ``utd_ratio`` minibatch steps
-    per env step, each member on its own bootstrap resample of the minibatch; the input (and
-    target) normalizers are running statistics of the minibatches; the elites are the members
-    with the lowest EMA of the MSE measured on their rows before each step (mbrl-lib: the
-    validation MSE). CEM (``jaxrl.planners``) clips its Gaussian samples to [-1, 1] and smooths
-    the std (mbrl-lib: truncated samples inside the bounds, smoothing of the variance). Rollouts
-    never terminate (the PETS envs here have no termination), the planned return is undiscounted
+    Training follows mbrl-lib's PETS: every ``model_train_freq`` env steps (the first time
+    after the ``learning_starts`` random steps, before the first planned action) the ensemble
+    is refit on the whole replay buffer: the input normalizer is set to the mean/std of all
+    stored ``[obs, action]`` rows (targets, the observation delta and reward, stay raw), a
+    fresh random ``validation_ratio`` of the rows is held out, each member trains on its own
+    bootstrap resample (with replacement) of the rest for up to ``model_epochs`` epochs of
+    ``batch_size`` rows, with early stopping after ``patience`` epochs without a relative
+    improvement of ``improvement_threshold`` in any member's held-out MSE; the best epoch's
+    parameters are kept (the optimizer state carries over) and the elites are the members with
+    the lowest held-out MSE. Differences on purpose: ``validation_ratio`` defaults to 0.05
+    (pets_reacher; pets_hopper holds out nothing and ranks on the training rows, as 0 does
+    here) so that the elites are chosen on held-out data; ``utd_ratio`` is unused; the
+    normalizer's variance is the population one (mbrl-lib: n - 1); each epoch sorts
+    ``buffer_size`` random keys (size the buffer to the run, as mbrl-lib does: ~0.6 s per epoch
+    at 10^6 rows on this CPU). CEM (``jaxrl.planners``) samples mbrl-lib's bound-capped
+    truncated normal and smooths the unbiased elite variance, as mbrl-lib. Rollouts never
+    terminate (the PETS envs here have no termination), the planned return is undiscounted
     (``discount`` and ``tau`` are unused) and a known ``reward_fn`` reads raw observations (do
     not combine it with env observation normalization). Cost at the defaults: 500 sequences x
     20 particles x 15 steps x 5 iterations of a 4x200 MLP, ~180 GFLOP per env and env step.
+    The tests' CPU config (``PETS_CPU``, tests/test_pets.py) is small: 4 members of 64x64, CEM
+    64 x 3, a refit every 25 steps (pets_cartpole, also 200-step episodes: 50) at its rate and
+    epochs, batch 64, 10% held out.
     """
 
     learning_starts: int = 1_000  # mbrl-lib: one episode (trial_length) of random actions
+    batch_size: int = 32
+    """Rows per gradient step of a refit (mbrl-lib model_batch_size)."""
 
     ensemble_size: int = 7
     """Members of the probabilistic ensemble."""
     num_elites: int = 5
-    """Members with the lowest running MSE that the planner's particles use."""
+    """Members with the lowest held-out MSE at the last refit that the planner's particles use."""
     hidden_dims: tuple[int, ...] = (200, 200, 200, 200)
     """Hidden layer widths of each member (SiLU)."""
-    model_lr: float = 7.5e-4
-    """Adam learning rate of the ensemble (mbrl-lib pets_cartpole)."""
+    model_lr: float = 2e-4
+    """Adam learning rate of the ensemble (mbrl-lib model_lr)."""
     model_weight_decay: float = 3e-5
-    """L2 weight decay added to the ensemble's gradient (torch Adam's weight_decay)."""
+    """L2 weight decay added to the ensemble's gradient (torch Adam's weight_decay; model_wd)."""
     learn_logvar_bounds: bool = False
     """Learn the log-variance bounds (init -10 and 0.5) instead of keeping them fixed."""
-    normalize_targets: bool = True
-    """Standardize the delta/reward targets with running statistics (mbrl-lib: raw targets)."""
-    elite_ema: float = 0.01
-    """EMA rate of each member's MSE score that ranks the elites."""
+    model_train_freq: int = 250
+    """Env steps between refits of the ensemble on the whole buffer (mbrl-lib freq_train_model)."""
+    model_epochs: int = 25
+    """Most epochs over the training rows per refit (mbrl-lib num_epochs_train_model)."""
+    patience: int = 25
+    """Stop a refit after this many epochs without a held-out improvement; 0: never."""
+    improvement_threshold: float = 0.01
+    """Relative decrease of a member's held-out MSE that counts as an improvement."""
+    validation_ratio: float = 0.05
+    """Fraction (at most 0.5) of the stored rows held out at each refit: early stop, elites."""
     reward_fn: str = "learned"
     """'learned' (a reward head) or a known reward function: 'pendulum'."""
     horizon: int = 15
@@ -341,7 +342,7 @@ class PETSConfig(OffPolicyFields):
     cem_momentum: float = 0.1
     """CEM smoothing (mbrl-lib alpha): new = momentum * old + (1 - momentum) * elite fit."""
     cem_init_std: float = 0.5
-    """Initial CEM std, (high - low) / 4 as mbrl-lib, and its upper clip."""
+    """Initial CEM std, (high - low) / 4 as mbrl-lib (CEM caps the variance by the bounds)."""
     cem_min_std: float = 0.0
     """Lower clip of the CEM std (mbrl-lib: none)."""
     num_particles: int = 20
@@ -355,7 +356,10 @@ class PETSConfig(OffPolicyFields):
         check_positive(self, "num_particles", "horizon", "population", "cem_elites")
         check_positive(self, "cem_iterations", "cem_init_std")
         check_range(self, "model_weight_decay", 0.0, float("inf"))
-        check_range(self, "elite_ema", 0.0, 1.0, low_open=True)
+        check_positive(self, "model_train_freq", "model_epochs")
+        check_range(self, "patience", 0, float("inf"))
+        check_range(self, "improvement_threshold", 0.0, float("inf"))
+        check_range(self, "validation_ratio", 0.0, 0.5)
         check_choice(self, "reward_fn", ("learned", *REWARD_FNS))
         check_choice(self, "propagation", ("fixed_model", "random_model"))
         if self.num_elites > self.ensemble_size:

@@ -28,7 +28,7 @@ from jaxrl.loops.device import (
 )
 from jaxrl.loops.evaluation import evaluate_jax
 from jaxrl.loops.harness import Harness
-from jaxrl.registry import AgentSpec
+from jaxrl.registry import AgentSpec, refit_due
 from jaxrl.types import Rollout, Transition
 
 
@@ -92,12 +92,14 @@ def _off_policy_iteration(
     sequence: tuple[int, int] | None,
     burst: bool,
     on_nonfinite: str = "stop",
+    refit_every: int | None = None,
 ) -> tuple[FusedState, tuple[Any, ...]]:
     """Act in every env, step, add the transitions, then ``num_updates`` gradient steps.
 
     ``explore`` acts (``jaxrl.loops.acting``); ``sequence`` makes minibatches of consecutive steps;
     with ``burst``, the iteration where learning starts first runs ``learning_starts`` updates.
-    ``on_nonfinite``: the NaN guard's mode (``guarded_update``).
+    ``on_nonfinite``: the NaN guard's mode (``guarded_update``). With ``refit_every`` the
+    update is instead one call on the whole buffer when ``refit_due`` (``AgentSpec.refit_field``).
     """
     acfg = state.agent.config
     rng, k_act, k_rand = jax.random.split(state.rng, 3)
@@ -120,6 +122,9 @@ def _off_policy_iteration(
     def learn(
         agent: Any, rng: jax.Array, num: int = num_updates
     ) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+        if refit_every is not None:
+            agent, info, bad = guarded_update(agent, buffer, on_nonfinite)
+            return agent, rng, {**info, NONFINITE: bad.astype(jnp.int32)}
         sizes = {"num_updates": num, "batch_size": acfg.batch_size, "sequence": sequence}
         return update_step(agent, rng, buffer, None, **sizes, on_nonfinite=on_nonfinite)
 
@@ -141,9 +146,13 @@ def _off_policy_iteration(
         first_learn = (step >= acfg.learning_starts) & (step < acfg.learning_starts + env.num_envs)
         agent, rng, pre_bad = jax.lax.cond(first_learn, pretrain, no_pretrain, agent, rng)
         bad = bad + pre_bad
-    agent, rng, info = jax.lax.cond(step >= acfg.learning_starts, learn, wait, agent, rng)
+    if refit_every is None:
+        updated = step >= acfg.learning_starts
+    else:  # a conditional on the loop's step alone stays one under vmap over members
+        updated = refit_due(step + env.num_envs, env.num_envs, acfg.learning_starts, refit_every)
+    agent, rng, info = jax.lax.cond(updated, learn, wait, agent, rng)
     new = FusedState(agent, buffer, env_state, rng, bad + info.pop(NONFINITE), plan)
-    return new, (info, *_episode_stats(env_state))
+    return new, (info, updated, *_episode_stats(env_state))
 
 
 def _on_policy_iteration(
@@ -180,7 +189,7 @@ def _on_policy_iteration(
     agent, info, bad = guarded_update(state.agent, rollout, on_nonfinite)
     bad = state.nonfinite + bad.astype(jnp.int32)
     new = state.replace(agent=agent, env=env_state, rng=rng, nonfinite=bad)
-    return new, (info, jax.tree.map(jnp.sum, sums), count.sum())
+    return new, (info, jnp.bool_(True), jax.tree.map(jnp.sum, sums), count.sum())
 
 
 def _chunk(
@@ -214,8 +223,12 @@ def _chunk(
     if single:  # the member axis back, after the scan's iteration axis
         states = jax.tree.map(lambda x: x[None], states)
         outs = jax.tree.map(lambda x: x[:, None], outs)
-    infos, sums, count = outs
-    metrics = {k: v[-1] for k, v in infos.items()}
+    infos, updated, sums, count = outs
+    # The metrics of the chunk's last update (every member updates at the same iterations);
+    # the last iteration's (zeros) when none did.
+    updated = updated.reshape(num_iters, -1)[:, 0]
+    last = num_iters - 1 - jnp.argmax(updated[::-1])
+    metrics = {k: v[last] for k, v in infos.items()}
     metrics.update({_SUM + k: v.sum(0) for k, v in sums.items()})
     metrics["train/episodes"] = count.sum(0)
     metrics[NONFINITE] = states.nonfinite
@@ -231,6 +244,7 @@ def _iteration(spec: AgentSpec, agent_config: Any, env: Any, cfg: TrainConfig) -
             _on_policy_iteration, env=env, rollout_length=rollout_length, on_nonfinite=mode
         )
         return iteration, rollout_length * n, 1
+    refit_every = spec.refit_every(agent_config)
     num_updates = cfg.updates_per_step or agent_config.utd_ratio * n
     length = spec.sequence_length(agent_config)
     sequence = None if length is None else (length, n)  # one env's steps are n rows apart
@@ -242,8 +256,9 @@ def _iteration(spec: AgentSpec, agent_config: Any, env: Any, cfg: TrainConfig) -
         sequence=sequence,
         burst=spec.burst_at_start,
         on_nonfinite=mode,
+        refit_every=refit_every,
     )
-    return iteration, n, num_updates
+    return iteration, n, 0 if refit_every else num_updates
 
 
 def jit_chunk(iteration: Any, num_iters: int, steps_per_iter: int) -> Any:
@@ -336,6 +351,10 @@ def train_fused(
             iters = h.cadence.chunk(h.step, unit)
             states, metrics = run_chunk(iters)(states, jnp.int32(h.step))
             updates = iters * updates_per_iter
+            if (every := spec.refit_every(agent_config)) is not None:
+                ends = range(h.step + unit, h.step + (iters + 1) * unit, unit)
+                learning_starts = agent_config.learning_starts
+                updates = sum(bool(refit_due(s, unit, learning_starts, every)) for s in ends)
             if (
                 spec.burst_at_start
                 and h.step <= agent_config.learning_starts < h.step + iters * unit

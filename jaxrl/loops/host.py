@@ -35,11 +35,11 @@ from jaxrl.buffers import (
 from jaxrl.envs.gym import HostEnv
 from jaxrl.loops.acting import acting
 from jaxrl.loops.config import TrainConfig
-from jaxrl.loops.device import NONFINITE, guarded_updates
+from jaxrl.loops.device import NONFINITE, guarded_update, guarded_updates
 from jaxrl.loops.evaluation import evaluator
 from jaxrl.loops.harness import Harness
 from jaxrl.loops.host_state import HostState, LoopState, MinibatchSampler
-from jaxrl.registry import AgentSpec
+from jaxrl.registry import AgentSpec, refit_due
 from jaxrl.types import Transition
 
 
@@ -95,6 +95,14 @@ def _learn(
         batches = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=1), first, batches)
     agent, info, bad = guarded_updates(agent, batches, on_nonfinite)
     return agent, nonfinite + bad, info
+
+
+def _refit(
+    agent: Any, nonfinite: jax.Array, buffer: BufferState, *, on_nonfinite: str = "stop"
+) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+    """The update of an agent that refits on the whole buffer (``AgentSpec.refit_field``)."""
+    agent, info, bad = guarded_update(agent, buffer, on_nonfinite)
+    return agent, nonfinite + bad.astype(jnp.int32), info
 
 
 def _act(
@@ -155,6 +163,7 @@ def train_host(
     # uncommitted arrays, and the update would compile a second time on its second call.
     state, prior = jax.device_put((state, prior), jax.devices()[0])
     num_updates = acfg.utd_ratio * n
+    refit_every = spec.refit_every(acfg)
     length = spec.sequence_length(acfg)
     sequence = None if length is None else (length, n)
     sampler = MinibatchSampler(cfg.seed, num_updates, acfg.batch_size, prior, prior_ratio, sequence)
@@ -166,6 +175,7 @@ def train_host(
     sequences = None if sequence is None else acfg.batch_size
     learn = partial(_learn, sequences=sequences, on_nonfinite=cfg.on_nonfinite)
     learn_fn = jax.jit(learn, donate_argnums=(0, 1))
+    refit_fn = jax.jit(partial(_refit, on_nonfinite=cfg.on_nonfinite), donate_argnums=(0, 1))
     policy, act_key = acting(spec), jax.random.key(cfg.seed + 2)
     jit_act = jax.jit(partial(_act, explore=policy.explore))
 
@@ -185,9 +195,11 @@ def train_host(
         while h.running():
             state = host.dispatch_action(state, h.step, act_fn)
             learn = h.step >= learn_start
-            burst = learn and spec.burst_at_start and h.step == learn_start and learn_start > 0
+            # Whole-buffer refits replace the minibatch steps (and run after the write).
+            minibatches = learn and refit_every is None
+            burst = minibatches and spec.burst_at_start and h.step == learn_start > 0
             rows, early = None, False
-            if learn and not burst and (written := host.rows_written()) is not None:
+            if minibatches and not burst and (written := host.rows_written()) is not None:
                 rows = sampler.draw(host.after_write())
                 # When the update reads none of the rows this step writes, it is dispatched now,
                 # before the wait for this step's action: the device queues it behind that
@@ -198,12 +210,17 @@ def train_host(
             action = host.action(h.step)
             result = env.step(action)
             state = host.store(state, action, result)
-            at = h.advance(n, (num_updates + burst * learn_start) if learn else 0)
+            refit = refit_every is not None
+            refit = refit and bool(refit_due(h.step + n, n, acfg.learning_starts, refit_every))
+            at = h.advance(n, (num_updates + burst * learn_start) if minibatches else int(refit))
             if burst:  # pretraining on the random-action data, then the step's own update
                 state, info = update(state, sampler.draw(host, learn_start))
+            if minibatches and not early:
+                state, info = update(state, rows if rows is not None else sampler.draw(host))
+            if refit:
+                agent, bad, info = refit_fn(state.agent, state.nonfinite, state.buffer)
+                state = state.replace(agent=agent, nonfinite=bad)
             if learn:
-                if not early:
-                    state, info = update(state, rows if rows is not None else sampler.draw(host))
                 state = host.act(state, h.step, act_fn)
             host.end_step(result[2], result[3] | result[4])
             if at.log:

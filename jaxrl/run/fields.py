@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl.buffers import buffer_from_arrays
 from jaxrl.config import ConfigError
 from jaxrl.registry import AgentSpec
 from jaxrl.types import Rollout, Transition
@@ -41,7 +42,8 @@ def format_value(v: Any) -> str:
 
 def loop_fields(spec: AgentSpec) -> set[str]:
     """The agent-config fields the loops read for ``spec`` (static whatever create does)."""
-    fields = set(LOOP_FIELDS) | {spec.horizon_field, spec.sequence_field} - {None}
+    fields = set(LOOP_FIELDS) | {spec.horizon_field, spec.sequence_field, spec.refit_field}
+    fields -= {None}
     if spec.needs_mc_return:
         fields.add("discount")  # the dataset's Monte-Carlo returns are computed with it
     return fields
@@ -133,7 +135,10 @@ def _read_from_static(
 
 
 def _example_batch(spec: AgentSpec, agent: Any, obs: Any, act: Any, key: jax.Array) -> Any:
-    """A random batch of the shape one ``agent.update`` takes (a rollout for on-policy agents)."""
+    """A random batch of the shape one ``agent.update`` takes (a rollout for on-policy agents).
+
+    Agents that refit on the whole buffer (``refit_field``) take a buffer of such rows.
+    """
     k_obs, k_act, k_rew, k_next, k_policy = jax.random.split(key, 5)
     if spec.kind == "on-policy":
         num_envs = 64
@@ -155,7 +160,8 @@ def _example_batch(spec: AgentSpec, agent: Any, obs: Any, act: Any, key: jax.Arr
     if spec.needs_mc_return:
         extra["mc_return"] = jax.random.normal(k_policy, size)
     reward = jax.random.normal(k_rew, size)
-    return Transition(o, a, reward, jax.random.normal(k_next, o.shape), jnp.zeros(size), **extra)
+    rows = Transition(o, a, reward, jax.random.normal(k_next, o.shape), jnp.zeros(size), **extra)
+    return rows if spec.refit_field is None else buffer_from_arrays(rows)
 
 
 @functools.cache
