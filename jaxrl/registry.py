@@ -95,7 +95,11 @@ class AgentSpec:
             )
         fields = {f.name for f in dataclasses.fields(self.config)}
         for attr in (
-            "horizon_field", "sequence_field", "termination_field", "actor_obs_field", "refit_field"
+            "horizon_field",
+            "sequence_field",
+            "termination_field",
+            "actor_obs_field",
+            "refit_field",
         ):
             field = getattr(self, attr)
             if field is not None and field not in fields:
