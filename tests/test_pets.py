@@ -14,8 +14,9 @@ import pytest
 from flax import struct
 from flax.training.train_state import TrainState
 
-from jaxrl.agents.pets import PETS, REWARD_FNS, PETSConfig
+from jaxrl.agents.pets import PETS, REWARD_FNS, TERMINATION_FNS, PETSConfig
 from jaxrl.agents.pets_model import (
+    alive_returns,
     bound_logvar,
     buffer_stats,
     fit_with_early_stopping,
@@ -405,6 +406,75 @@ def test_trajectory_returns_use_elites_evenly(agent, propagation):
         np.testing.assert_allclose(values.mean(), 5 * 1.5, atol=0.05)
 
 
+def test_alive_returns_count_rewards_up_to_and_including_the_first_termination():
+    # Columns: terminates at step 2 (later rewards NaN: a diverged rollout), at step 0, never,
+    # at step 4 (the last), and at 1 then again at 3 (done is sticky, the second changes nothing).
+    nan = jnp.nan
+    rewards = jnp.array(
+        [
+            [1.0, 5.0, 1.0, 1.0, 2.0],
+            [2.0, 5.0, 2.0, 1.0, 3.0],
+            [3.0, 5.0, 3.0, 1.0, 4.0],
+            [nan, 5.0, 4.0, 1.0, 5.0],
+            [nan, 5.0, 5.0, 1.0, 6.0],
+        ]
+    )
+    dones = jnp.zeros((5, 5), bool)
+    dones = dones.at[2, 0].set(True).at[0, 1].set(True).at[4, 3].set(True)
+    dones = dones.at[1, 4].set(True).at[3, 4].set(True)
+    np.testing.assert_allclose(alive_returns(rewards, dones), [6.0, 5.0, 15.0, 5.0, 5.0])
+    # Once done, it stays done even if a later step's done is False (mbrl-lib's sticky flag).
+    assert float(alive_returns(jnp.ones(4), jnp.array([False, True, False, False]))) == 2.0
+
+
+def test_inverted_pendulum_termination_hand_values_and_gymnasium():
+    fn = TERMINATION_FNS["inverted_pendulum"]
+    nxt = jnp.array(
+        [
+            [0.5, 0.0, 3.0, -2.0],  # upright
+            [0.0, 0.2, 0.0, 0.0],  # at the bound: still alive (|angle| <= 0.2)
+            [0.0, -0.2, 0.0, 0.0],
+            [0.0, 0.2001, 0.0, 0.0],  # past it
+            [0.0, -0.25, 0.0, 0.0],
+            [jnp.nan, 0.0, 0.0, 0.0],  # non-finite anywhere
+            [0.0, 0.0, 0.0, jnp.inf],
+        ]
+    )
+    done = fn(jnp.zeros_like(nxt), jnp.zeros((7, 1)), nxt)
+    assert done.dtype == jnp.bool_
+    np.testing.assert_array_equal(done, [False, False, False, True, True, True, True])
+    # Gymnasium's own check agrees on real transitions.
+    env = gym.make("InvertedPendulum-v5")
+    obs, _ = env.reset(seed=0)
+    rng, ends = np.random.default_rng(0), 0
+    for _ in range(200):
+        a = rng.uniform(-1.0, 1.0, size=1).astype(np.float32)
+        nxt, _, terminated, truncated, _ = env.step(3.0 * a)
+        assert bool(fn(jnp.asarray(obs), jnp.asarray(a), jnp.asarray(nxt))) == terminated
+        ends += terminated
+        obs = env.reset()[0] if terminated or truncated else nxt
+    env.close()
+    assert ends > 3  # random actions topple the pole within a few dozen steps
+
+
+def test_trajectory_returns_stop_at_the_predicted_termination(agent):
+    # Every member predicts reward 1 and a pole-angle (obs[1]) step of +0.15 (noise std
+    # exp(-5), reward too): from angle 0 the rollout is alive after step 0 (0.15) and
+    # terminates at step 1 (0.30), so a 5-step return is 2 instead of 5.
+    params = jax.tree.map(jnp.copy, agent.model.params)
+    head = params["members"]["params"]["MLP_0"]["Dense_2"]
+    head["kernel"] = jnp.zeros_like(head["kernel"])
+    bias = jnp.zeros_like(head["bias"]).at[:, 1].set(0.15).at[:, OBS_DIM].set(1.0)
+    head["bias"] = bias.at[:, OBS_DIM + 1 :].set(-1e3)
+    actions = jax.random.uniform(jax.random.key(8), (8, 5, ACT_DIM), minval=-1, maxval=1)
+    returns = jax.jit(PETS.trajectory_returns)
+    for fn, expected in (("none", 5.0), ("inverted_pendulum", 2.0)):
+        model = agent.model.replace(params=params)
+        planner = agent.replace(model=model, config=tiny(termination_fn=fn))
+        values = returns(planner, jnp.zeros(OBS_DIM), actions, jax.random.key(9))
+        np.testing.assert_allclose(values, expected, atol=0.05)  # reward noise ~0.01
+
+
 A_MAT = jnp.array([[1.0, 0.1], [-0.1, 0.95]])
 B_MAT = jnp.array([[0.0], [0.1]])
 
@@ -458,6 +528,7 @@ def test_model_fits_a_linear_system():
         (dict(reward_fn="cheetah"), "reward_fn must be one of .*'learned', 'pendulum'"),
         (dict(cem_elites=64), "cem_elites .*cannot exceed population"),
         (dict(propagation="expectation"), "propagation must be one of"),
+        (dict(termination_fn="hopper"), "termination_fn must be one of .*'none', 'inverted_p"),
         (dict(horizon=0), "horizon must be positive"),
         (dict(cem_momentum=1.0), "planner fields: .*momentum"),
         (dict(validation_ratio=0.6), "validation_ratio must be in"),

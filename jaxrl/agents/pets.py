@@ -28,12 +28,15 @@ from jaxrl import networks as nets
 from jaxrl import planners
 from jaxrl.agents.pets_model import (
     GaussianMLP,
+    alive_returns,
     bound_logvar,
     buffer_stats,
     fit_with_early_stopping,
+    inverted_pendulum_termination,
     member_mse,
     model_loss,
     normalize_inputs,
+    pendulum_reward,
     shuffled_prefix,
 )
 from jaxrl.buffers import BufferState
@@ -41,24 +44,16 @@ from jaxrl.config import ConfigError, OffPolicyFields, check_choice, check_posit
 from jaxrl.normalization import RunningStats, running_stats_init
 from jaxrl.types import InfoDict, Params, Transition
 
-# ------------------------------------------------------------------------------ known rewards
-
-
-def pendulum_reward(obs: jax.Array, action: jax.Array, next_obs: jax.Array) -> jax.Array:
-    """Pendulum-v1 / ``jax:pendulum`` reward from obs ``(cos th, sin th, thdot)``, torque 2a.
-
-    ``-(th^2 + 0.1 thdot^2 + 0.001 u^2)`` of the state *before* the step, ``th`` in [-pi, pi].
-    """
-    del next_obs
-    th = jnp.arctan2(obs[..., 1], obs[..., 0])
-    u = 2.0 * jnp.clip(action[..., 0], -1.0, 1.0)
-    return -(th**2 + 0.1 * obs[..., 2] ** 2 + 0.001 * u**2)
-
-
+# ------------------------------------------------------------------ known rewards and terminations
 REWARD_FNS: dict[str, Callable[[jax.Array, jax.Array, jax.Array], jax.Array]] = {
     "pendulum": pendulum_reward,
 }
 """Known rewards ``r(obs, action, next_obs)`` on raw observations and actions in [-1, 1]."""
+
+TERMINATION_FNS: dict[str, Callable[[jax.Array, jax.Array, jax.Array], jax.Array]] = {
+    "inverted_pendulum": inverted_pendulum_termination,
+}
+"""Known terminations ``done(obs, action, next_obs)`` (bool) on raw observations (mbrl-lib's)."""
 
 # -------------------------------------------------------------------------------------- the agent
 
@@ -152,7 +147,7 @@ class PETS(struct.PyTreeNode):
     # ---------------------------------------------------------------------------------- acting
 
     def trajectory_returns(self, obs: jax.Array, actions: jax.Array, key: jax.Array) -> jax.Array:
-        """Mean over particles of the summed rewards of ``actions [N, H, A]`` from ``obs``.
+        """Mean over particles of the summed rewards (``alive_returns``) of ``actions [N, H, A]``.
 
         Each sequence is rolled out by ``num_particles`` particles split evenly over the elites;
         the next state is sampled from the member's Gaussian. 'fixed_model' keeps a particle on
@@ -184,12 +179,15 @@ class PETS(struct.PyTreeNode):
                 reward = y[:, -1]
             else:
                 reward = REWARD_FNS[cfg.reward_fn](states, act, next_states)
-            return next_states, reward
+            done = jnp.zeros(reward.shape, bool)  # 'none': as before, rollouts never end
+            if cfg.termination_fn != "none":
+                done = TERMINATION_FNS[cfg.termination_fn](states, act, next_states)
+            return next_states, (reward, done)
 
         states = jnp.broadcast_to(obs, (n * p, obs.shape[-1]))
         keys = jax.random.split(key, actions.shape[1])
-        _, rewards = jax.lax.scan(step, states, (actions.swapaxes(0, 1), keys))
-        return rewards.sum(axis=0).reshape(n, p).mean(axis=1)
+        _, (rewards, dones) = jax.lax.scan(step, states, (actions.swapaxes(0, 1), keys))
+        return alive_returns(rewards, dones).reshape(n, p).mean(axis=1)
 
     def init_plan(self, num_envs: int) -> planners.PlanState:
         """A fresh plan carry for ``num_envs`` environments (zeros: mbrl-lib's initial mean)."""
@@ -288,14 +286,14 @@ class PETSConfig(OffPolicyFields):
     normalizer's variance is the population one (mbrl-lib: n - 1); each epoch sorts
     ``buffer_size`` random keys (size the buffer to the run, as mbrl-lib does: ~0.6 s per epoch
     at 10^6 rows on this CPU). CEM (``jaxrl.planners``) samples mbrl-lib's bound-capped
-    truncated normal and smooths the unbiased elite variance, as mbrl-lib. Rollouts never
-    terminate (the PETS envs here have no termination), the planned return is undiscounted
-    (``discount`` and ``tau`` are unused) and a known ``reward_fn`` reads raw observations (do
-    not combine it with env observation normalization). Cost at the defaults: 500 sequences x
-    20 particles x 15 steps x 5 iterations of a 4x200 MLP, ~180 GFLOP per env and env step.
-    The tests' CPU config (``PETS_CPU``, tests/test_pets.py) is small: 4 members of 64x64, CEM
-    64 x 3, a refit every 25 steps (pets_cartpole, also 200-step episodes: 50) at its rate and
-    epochs, batch 64, 10% held out.
+    truncated normal and smooths the unbiased elite variance, as mbrl-lib. Rollouts end only at
+    a known ``termination_fn``'s first predicted termination (rewards count up to and including
+    it; this follows mbrl-lib's ``termination_fns`` and ``ModelEnv``), the planned return is
+    undiscounted (``discount`` and ``tau`` are unused) and known reward / termination functions
+    read raw observations (do not combine them with env observation normalization). Cost at the
+    defaults: 500 x 20 particles x 15 steps x 5 iterations of a 4x200 MLP, ~180 GFLOP per step.
+    The tests' CPU config (``PETS_CPU``, tests/test_pets.py): 4 members of 64x64, CEM 64 x 3, a
+    refit every 25 steps (pets_cartpole: 50) at its rate and epochs, batch 64, 10% held out.
     """
 
     learning_starts: int = 1_000  # mbrl-lib: one episode (trial_length) of random actions
@@ -326,6 +324,8 @@ class PETSConfig(OffPolicyFields):
     """Fraction (at most 0.5) of the stored rows held out at each refit: early stop, elites."""
     reward_fn: str = "learned"
     """'learned' (a reward head) or a known reward function: 'pendulum'."""
+    termination_fn: str = "none"
+    """'none' (rollouts never end) or a known termination function: 'inverted_pendulum'."""
     horizon: int = 15
     """Planning horizon of CEM."""
     method: Literal["cem", "mppi"] = "cem"
@@ -361,6 +361,7 @@ class PETSConfig(OffPolicyFields):
         check_range(self, "improvement_threshold", 0.0, float("inf"))
         check_range(self, "validation_ratio", 0.0, 0.5)
         check_choice(self, "reward_fn", ("learned", *REWARD_FNS))
+        check_choice(self, "termination_fn", ("none", *TERMINATION_FNS))
         check_choice(self, "propagation", ("fixed_model", "random_model"))
         if self.num_elites > self.ensemble_size:
             raise ConfigError(

@@ -5,7 +5,9 @@ A member is a Gaussian MLP (``GaussianMLP``) with a softly bounded log-variance
 (``buffer_stats``, ``normalize_inputs``); the stored rows are shuffled with a traced count
 (``shuffled_prefix``); ``model_loss`` is the training loss and ``member_mse`` the held-out
 score; ``fit_with_early_stopping`` is mbrl-lib's ``ModelTrainer.train`` loop
-(epochs, early stopping on a held-out score, the best epoch's weights kept).
+(epochs, early stopping on a held-out score, the best epoch's weights kept). The known rewards
+and terminations that ``pets.REWARD_FNS`` / ``pets.TERMINATION_FNS`` name live here too, with
+``alive_returns``, the planned return that stops at the first predicted termination.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -23,6 +26,42 @@ from jaxrl.normalization import RunningStats
 
 # The agent is passed in (typed Any): importing it here would make this module and ``pets``
 # import each other.
+
+
+def pendulum_reward(obs: jax.Array, action: jax.Array, next_obs: jax.Array) -> jax.Array:
+    """Pendulum-v1 / ``jax:pendulum`` reward from obs ``(cos th, sin th, thdot)``, torque 2a.
+
+    ``-(th^2 + 0.1 thdot^2 + 0.001 u^2)`` of the state *before* the step, ``th`` in [-pi, pi].
+    """
+    del next_obs
+    th = jnp.arctan2(obs[..., 1], obs[..., 0])
+    u = 2.0 * jnp.clip(action[..., 0], -1.0, 1.0)
+    return -(th**2 + 0.1 * obs[..., 2] ** 2 + 0.001 * u**2)
+
+
+def inverted_pendulum_termination(
+    obs: jax.Array, action: jax.Array, next_obs: jax.Array
+) -> jax.Array:
+    """InvertedPendulum-v5 ``done``: ``next_obs`` non-finite or its pole angle ``|obs[1]| > 0.2``.
+
+    mbrl-lib's ``termination_fns.inverted_pendulum`` (and Gymnasium's own check).
+    """
+    del obs, action
+    alive = jnp.isfinite(next_obs).all(axis=-1) & (jnp.abs(next_obs[..., 1]) <= 0.2)
+    return ~alive
+
+
+def alive_returns(rewards: jax.Array, dones: jax.Array) -> jax.Array:
+    """Sum over steps (axis 0) of ``rewards [H, ...]`` up to and including the first ``done``.
+
+    mbrl-lib's ``ModelEnv.evaluate_action_sequences``: ``done`` is sticky, so step t's reward
+    counts iff no step before t terminated (``r_t * (1 - done_{<t})``); a zeroed reward may be
+    NaN (a rollout past its termination can diverge), hence ``where`` rather than a product.
+    """
+    chex.assert_equal_shape([rewards, dones])
+    done = dones.astype(jnp.int32)
+    done_before = jnp.cumsum(done, axis=0) - done > 0
+    return jnp.where(done_before, 0.0, rewards).sum(axis=0)
 
 
 def _trunc_normal_init(key: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
