@@ -131,6 +131,14 @@ D3RLPY = ("bc", "td3-bc", "cql", "iql")
 O2O_OFFLINE, O2O_ONLINE = 20_000, 25_000
 PPO_TASKS = {"brax:inverted_pendulum": 1_000_000, "brax:hopper": 3_000_000}
 PETS_STEPS = 5_000
+# PETS at the CPU size of its learning test (mbrl-lib's defaults plan ~180 GFLOP per env step),
+# learned reward, mbrl-lib's known termination of the inverted pendulum.
+PETS_CPU = tuple(
+    "--ensemble-size 4 --num-elites 2 --hidden-dims 64 64 --num-particles 4 --horizon 15 "
+    "--population 64 --cem-elites 8 --cem-iterations 3 --buffer-size 5000 --model-train-freq 25 "
+    "--model-epochs 25 --patience 25 --batch-size 64 --model-lr 7.5e-4 --validation-ratio 0.1 "
+    "--termination-fn inverted_pendulum".split()
+)
 PLAN_TASKS = ("jax:pendulum", "brax:inverted_pendulum")
 PLAN_EPISODES = 5
 
@@ -202,7 +210,7 @@ def full_suite() -> list[Run]:
                      lambda s, e=env, n=n: _peer("suite_brax.py", s, n, n // 10, "--env",
                                                  e.split(":", 1)[1], "--num-envs", "64"))
     runs += cell("planners", "InvertedPendulum-v5", "jaxrl", "pets", PETS_STEPS, "env steps",
-                 lambda s: _train("pets", "InvertedPendulum-v5", s, PETS_STEPS, 500))
+                 lambda s: _train("pets", "InvertedPendulum-v5", s, PETS_STEPS, 500, *PETS_CPU))
     for env in PLAN_TASKS:
         runs += cell("planners", env, "jaxrl", "mppi", PLAN_EPISODES, "episodes",
                      lambda s, e=env: ("-m", "jaxrl.cli", "plan", "--env", e, "--episodes",
