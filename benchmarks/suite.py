@@ -24,13 +24,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fnmatch
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+
+from suite_report import read_json, write_report  # benchmarks/ is on sys.path as a script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = os.path.join(ROOT, "benchmarks", "peers")
@@ -233,18 +234,10 @@ def smoke_suite() -> list[Run]:
 SUITES: dict[str, Callable[[], list[Run]]] = {"full": full_suite, "smoke": smoke_suite}
 
 
-def _read_json(path: str) -> dict | None:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def state(run: Run, root: str, done: set[str]) -> tuple[str, str]:
     """``(state, detail)`` of a run: done, partial, blocked, no-venv or pending."""
     out = os.path.join(root, run.name)
-    summary = _read_json(os.path.join(out, run.marker))
+    summary = read_json(os.path.join(out, run.marker))
     if summary is not None and summary.get("completed", True):
         return "done", f"{summary.get('wall_clock_s', 0.0):.0f} s"
     missing = [n for n in run.needs if n not in done]
@@ -326,8 +319,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--commit", action="store_true", help="git-commit the tables after each run")
     p.add_argument("--max-runs", type=int, default=None, help="stop after this many runs")
     a = p.parse_args(argv)
-    from suite_report import write_report  # benchmarks/ is on sys.path when run as a script
-
     root = os.path.abspath(a.root)
     runs = SUITES[a.suite]()
     chosen = [r for r in runs if not a.only or any(fnmatch.fnmatch(r.name, o) for o in a.only)]

@@ -29,7 +29,8 @@ SECTIONS = {
 PEER_CHECK = "jaxrl mean >= peer mean - peer std"
 
 
-def _json(path: str) -> dict | None:
+def read_json(path: str) -> dict | None:
+    """The JSON file at ``path``, or None when it is missing or unreadable."""
     try:
         with open(path) as f:
             return json.load(f)
@@ -71,7 +72,7 @@ def collect(runs: list, root: str) -> list[dict[str, Any]]:
             },
         )
         out = os.path.join(root, r.name)
-        summary = _json(os.path.join(out, r.marker))
+        summary = read_json(os.path.join(out, r.marker))
         if summary is None or not summary.get("completed", True):
             cell["missing"].append(r.seed)
             continue
@@ -79,7 +80,7 @@ def collect(runs: list, root: str) -> list[dict[str, Any]]:
         cell["dirs"].append(out)
         if r.section == "datasets":  # the recipe's manifest; its time is the expert run's
             cell["manifest"] = summary
-            expert = _json(os.path.join(out, summary.get("expert_run", ""), "summary.json"))
+            expert = read_json(os.path.join(out, summary.get("expert_run", ""), "summary.json"))
             cell["wall_s"].append(float((expert or {}).get("wall_clock_s") or 0.0))
             continue
         cell["wall_s"].append(float(summary.get("wall_clock_s") or 0.0))

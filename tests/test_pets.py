@@ -198,43 +198,20 @@ def test_early_stopping_keeps_the_best_epoch():
     def score(params):
         return jnp.stack([table[params], table[params] + 1.0])
 
-    fit = fit_with_early_stopping
-    key = jax.random.key(0)
-    model_out, best, epochs, _ = fit(
-        model,
-        train_epoch,
-        score,
-        score(model.params),
-        key,
-        max_epochs=9,
-        patience=3,
-        threshold=0.01,
-    )
+    def fit(start, patience, max_epochs=9):
+        return fit_with_early_stopping(
+            start, train_epoch, score, score(start.params), jax.random.key(0),
+            max_epochs=max_epochs, patience=patience, threshold=0.01,
+        )  # fmt: skip
+
+    model_out, best, epochs, _ = fit(model, 3)
     assert int(epochs) == 6 and int(model_out.params) == 3
     np.testing.assert_allclose(best, [3.0, 4.0])
     # No patience: every epoch runs and the best (epoch 7) is kept.
-    model_out, best, epochs, _ = fit(
-        model,
-        train_epoch,
-        score,
-        score(model.params),
-        key,
-        max_epochs=9,
-        patience=0,
-        threshold=0.01,
-    )
+    model_out, best, epochs, _ = fit(model, 0)
     assert int(epochs) == 9 and int(model_out.params) == 7
     # Nothing improves: the last epoch's parameters stay (as mbrl-lib's trainer).
-    model_out, best, epochs, _ = fit(
-        model.replace(params=jnp.int32(7)),
-        train_epoch,
-        score,
-        score(jnp.int32(7)),
-        key,
-        max_epochs=2,
-        patience=5,
-        threshold=0.01,
-    )
+    model_out, best, epochs, _ = fit(model.replace(params=jnp.int32(7)), 5, max_epochs=2)
     assert int(epochs) == 2 and int(model_out.params) == 9
     np.testing.assert_allclose(best, [1.0, 2.0])
 
