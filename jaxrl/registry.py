@@ -70,6 +70,12 @@ class AgentSpec:
             whole replay buffer (its ``BufferState``) when the buffer reaches
             ``learning_starts + j K`` rows (``refit_due``), so the next action uses the refit
             model (PETS's periodic refit of its ensemble); None for minibatch updates.
+        data_parallel: whether one run may split its envs and minibatches over several
+            devices (``--devices`` with one seed; ``jaxrl.loops.mesh``). False for an agent
+            whose update is not an average over minibatch rows: PETS refits its ensemble on
+            the whole buffer, each member on its own bootstrap resample with a held-out split
+            and early stopping, so there is no batch/N to give each device. Its seeds still
+            spread over devices.
     """
 
     name: str
@@ -87,6 +93,7 @@ class AgentSpec:
     termination_field: str | None = None
     actor_obs_field: str | None = None
     refit_field: str | None = None
+    data_parallel: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -185,6 +192,21 @@ class AgentSpec:
             )
         return dataclasses.replace(config, **{field: size})
 
+    def check_data_parallel(self, devices: int) -> None:
+        """Refuse to split one run of this agent over ``devices > 1`` devices when it cannot be.
+
+        Raises:
+            ConfigError: the agent is not data-parallel (``data_parallel``).
+        """
+        if devices > 1 and not self.data_parallel:
+            able = [n for n in names("off-policy", "on-policy", "offline") if get(n).data_parallel]
+            raise ConfigError(
+                f"{self.name} cannot split one run over {devices} devices: its update is not "
+                "an average over minibatch rows. Use --devices 1, or train several seeds "
+                f"(--num-seeds) so that each device trains whole seeds; data-parallel agents: "
+                f"{', '.join(able)}."
+            )
+
     def make_config(self, **fields: Any) -> Any:
         """The agent's config from JSON-like fields (lists become tuples, as the CLI gives them)."""
         return self.config(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
@@ -275,7 +297,13 @@ _builtin(
     env_defaults="tdmpc2_env_defaults",
     termination_field="episodic",
 )
-_builtin("pets", "planner", "agents.pets:PETS:PETSConfig", refit_field="model_train_freq")
+_builtin(
+    "pets",
+    "planner",
+    "agents.pets:PETS:PETSConfig",
+    refit_field="model_train_freq",
+    data_parallel=False,
+)
 
 
 def refit_due(steps: Any, num_envs: int, learning_starts: int, every: int) -> Any:

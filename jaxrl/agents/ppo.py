@@ -33,6 +33,7 @@ from jaxrl.networks import (
     make_train_state,
     observing,
 )
+from jaxrl.sharding import split_rows
 from jaxrl.types import InfoDict, Params, Rollout
 
 __all__ = ["PPO", "PPOConfig", "Rollout", "gae_minibatch", "policy_loss", "value_loss"]
@@ -212,6 +213,7 @@ class PPO(struct.PyTreeNode):
             shuffled = jax.tree.map(
                 lambda x: x[perm].reshape(cfg.num_minibatches, -1, *x.shape[1:]), data
             )
+            shuffled = split_rows(shuffled, 1)  # each device its share of every minibatch
             (policy, value, _), info = jax.lax.scan(minibatch_step, (*carry, k_steps), shuffled)
             return (policy, value), info
 

@@ -18,6 +18,7 @@ from jaxrl.config import check_choice, check_positive, check_range, config_to_di
 from jaxrl.errors import ConfigError
 from jaxrl.loops.device import NONFINITE_MODES
 from jaxrl.loops.logging import write_json
+from jaxrl.loops.mesh import parse_devices
 
 
 @partial(dataclasses.dataclass, frozen=True)
@@ -72,6 +73,10 @@ class TrainConfig:
     them in train/nonfinite_updates), or 'warn' (say so once and go on)."""
     max_to_keep: int = 2
     """Checkpoints kept per run directory (the newest ones)."""
+    devices: str = "1"
+    """Devices to train on: a number, or 'all' (every process's, when distributed). Several
+    seeds spread over them (each device trains whole seeds); one seed is split over them (its
+    envs, buffer rows and minibatches; gradients averaged). JAX envs and datasets only."""
 
     def __post_init__(self) -> None:
         check_positive(
@@ -93,6 +98,7 @@ class TrainConfig:
         check_range(self, "offline_ratio", 0.0, 1.0)
         check_choice(self, "online_lr_schedule", ("constant", "cosine"))
         check_choice(self, "on_nonfinite", NONFINITE_MODES)
+        parse_devices(self.devices)
 
 
 def run_config(agent_name: str, agent_config: Any, cfg: TrainConfig) -> dict[str, Any]:
@@ -155,6 +161,7 @@ def prepare_run_dir(out: str, config: dict[str, Any], check_only: bool = False) 
     ignore = {"total_steps", "online_steps", "offline_ratio", "online_lr_schedule"}
     ignore |= {"progress", "out"}
     ignore |= {"wandb_project", "tensorboard", "on_nonfinite", "max_to_keep"}
+    ignore |= {"devices"}  # a checkpoint restores on any number of devices
     for section in ("agent", "env", "seed", "agent_config", "train"):
         a, b = old.get(section), config.get(section)
         if isinstance(a, dict) and isinstance(b, dict):

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl.buffers import BufferState, sample_minibatches, sample_sequences
+from jaxrl.sharding import split_rows
 
 NONFINITE = "train/nonfinite_updates"
 """Metrics column: updates so far after which the agent held a NaN."""
@@ -110,13 +111,15 @@ def update_step(
     ``prior`` (offline data) each minibatch mixes ``prior_ratio`` of its rows from it. With
     ``sequence = (length, stride)`` a minibatch holds runs of ``length`` consecutive steps
     (``sample_sequences``). The returned metrics are the last update's, plus ``NONFINITE``:
-    after how many of the updates the agent held a NaN (``guarded_updates``).
+    after how many of the updates the agent held a NaN (``guarded_updates``). The minibatches'
+    rows are split over the data axis of the mesh, if any (``split_rows``).
     """
     rng, key = jax.random.split(rng)
     if sequence is not None:
         batches = sample_sequences(buffer, key, num_updates, batch_size, *sequence)
     else:
         batches = sample_minibatches(buffer, key, num_updates, batch_size, prior, prior_ratio)
+    batches = split_rows(batches, 1)
     agent, info, bad = guarded_updates(agent, batches, on_nonfinite)
     return agent, rng, {**info, NONFINITE: bad}
 

@@ -28,7 +28,9 @@ from jaxrl.loops.device import (
 )
 from jaxrl.loops.evaluation import evaluate_jax
 from jaxrl.loops.harness import Harness
+from jaxrl.loops.mesh import Layout, check_data_parallel, make_layout
 from jaxrl.registry import AgentSpec, refit_due
+from jaxrl.sharding import MEMBERS
 from jaxrl.types import Rollout, Transition
 
 
@@ -206,7 +208,7 @@ def _chunk(
     # scatters that are measurably slower on CPU). The size-1 axis is dropped outside the scan:
     # squeezing and re-adding it inside the loop body let XLA fuse the buffer's one-row write
     # (a dynamic-update-slice) twice, once per shape, and copy the whole buffer for each.
-    run = iteration if single else jax.vmap(iteration, in_axes=(0, None))
+    run = iteration if single else jax.vmap(iteration, in_axes=(0, None), spmd_axis_name=MEMBERS)
     carry = jax.tree.map(lambda x: x[0], states) if single else states
 
     def body(carry: tuple[Any, jax.Array], _: Any) -> tuple[Any, Any]:
@@ -261,14 +263,30 @@ def _iteration(spec: AgentSpec, agent_config: Any, env: Any, cfg: TrainConfig) -
     return iteration, n, 0 if refit_every else num_updates
 
 
-def jit_chunk(iteration: Any, num_iters: int, steps_per_iter: int) -> Any:
+def jit_chunk(iteration: Any, num_iters: int, steps_per_iter: int, shardings: Any = None) -> Any:
     """``(states, step) -> (states, metrics)``: ``num_iters`` iterations as one jitted program.
 
     ``states`` is donated: without that, XLA must keep the input buffers intact and the first
-    write to the replay buffer copies all of it.
+    write to the replay buffer copies all of it. ``shardings``: where the returned states live
+    (``state_shardings``), so every chunk finds its input where the last one left it.
     """
     chunk = partial(_chunk, iteration=iteration, num_iters=num_iters, steps_per_iter=steps_per_iter)
-    return jax.jit(chunk, donate_argnums=0)
+    if shardings is None:
+        return jax.jit(chunk, donate_argnums=0)
+    return jax.jit(chunk, donate_argnums=0, out_shardings=(shardings, None))
+
+
+def state_shardings(layout: Layout, states: FusedState, num_envs: int) -> FusedState:
+    """Where each array of stacked fused states lives on ``layout``'s mesh.
+
+    Members are split over the members axis. Over the data axis: the env copies (the arrays of
+    the envs' state, wrappers' included, and of a planner's carry with a ``num_envs`` axis) and
+    the replay buffer's rows. The agent, the loop RNG and wrapper statistics (an observation
+    normalizer's) are whole on every device.
+    """
+    rows = None if states.buffer is None else states.buffer.capacity
+    split = FusedState(agent=0, buffer=rows, env=num_envs, rng=0, nonfinite=0, plan=num_envs)
+    return layout.stacked(states, split)
 
 
 _SUM = "sum:"
@@ -298,6 +316,27 @@ def _rows(metrics: dict[str, np.ndarray], learned: bool, rate: float) -> list[di
         row["time/env_steps_per_s"] = rate
         rows.append(row)
     return rows
+
+
+def check_fused_layout(
+    spec: AgentSpec, agent_config: Any, env: Any, cfg: TrainConfig, layout: Layout
+) -> None:
+    """Refuse a data-parallel run that cannot be split.
+
+    That is an agent the registry keeps whole (``AgentSpec.data_parallel``), or sizes the data
+    axis does not divide.
+
+    Raises:
+        ConfigError: naming the agent or the size, and what to pass instead.
+    """
+    if layout.data == 1:
+        return
+    spec.check_data_parallel(layout.data)
+    what = f"--devices {cfg.devices} with {spec.name} on {cfg.env}"
+    sizes = {"num_envs": env.num_envs}
+    if spec.kind != "on-policy":
+        sizes["batch_size"] = agent_config.batch_size
+    check_data_parallel(layout, what, **sizes)
 
 
 def train_fused(
@@ -331,6 +370,8 @@ def train_fused(
     Returns:
         The per-member summaries (also written to ``outs[i]/summary.json``).
     """
+    layout = make_layout(cfg.devices, len(outs))
+    check_fused_layout(spec, agent_config, env, cfg, layout)
     iteration, unit, updates_per_iter = _iteration(spec, agent_config, env, cfg)
     seeds = list(seeds) if seeds is not None else [cfg.seed + i for i in range(len(outs))]
     h = Harness(spec.name, cfg, outs, stacked=True, seeds=seeds)
@@ -341,12 +382,14 @@ def train_fused(
     states, _ = h.resume(strongly_typed(states))
     if (done := h.completed()) is not None:
         return done
-    run_chunk = compile_cache(lambda k: jit_chunk(iteration, k, unit))
+    shardings = state_shardings(layout, states, env.num_envs)
+    states = layout.place(states, shardings)
+    run_chunk = compile_cache(lambda k: jit_chunk(iteration, k, unit, shardings))
     policy = acting(spec)
     eval_fn = jax.jit(jax.vmap(lambda a, k, s: evaluate_jax(a, eval_env, k, s, policy)))
     # Each member evaluates with its own seed's key, as its single run would.
     eval_key = jax.vmap(lambda s: jax.random.key(s + 10_000))(seed_array)
-    with h:
+    with h, layout.active():
         while h.running():
             iters = h.cadence.chunk(h.step, unit)
             states, metrics = run_chunk(iters)(states, jnp.int32(h.step))

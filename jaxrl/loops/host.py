@@ -33,12 +33,14 @@ from jaxrl.buffers import (
     pick_sequences,
 )
 from jaxrl.envs.gym import HostEnv
+from jaxrl.errors import ConfigError
 from jaxrl.loops.acting import acting
 from jaxrl.loops.config import TrainConfig
 from jaxrl.loops.device import NONFINITE, guarded_update, guarded_updates
 from jaxrl.loops.evaluation import evaluator
 from jaxrl.loops.harness import Harness
 from jaxrl.loops.host_state import HostState, LoopState, MinibatchSampler
+from jaxrl.loops.mesh import available_devices
 from jaxrl.registry import AgentSpec, refit_due
 from jaxrl.types import Transition
 
@@ -156,6 +158,12 @@ def train_host(
         The summary written to ``out/summary.json``.
     """
     acfg, n = agent.config, env.num_envs
+    if len(available_devices(cfg.devices)) > 1:
+        raise ConfigError(
+            f"--devices {cfg.devices}: {cfg.env} is a Gymnasium env, stepped on the host; the "
+            "host loop trains on one device. Several devices train JAX envs (brax:NAME, "
+            "jax:NAME) and datasets; use --devices 1 here."
+        )
     h = Harness(spec.name, cfg, [out], step_offset=step_offset, score_fn=score_fn)
     legacy = "offline" if step_offset else None  # checkpoints from before phases were recorded
     state, metas = h.resume(init_loop_state(spec, agent, env), legacy)

@@ -19,7 +19,9 @@ from jaxrl.loops.config import TrainConfig
 from jaxrl.loops.device import NONFINITE, compile_cache, guarded_updates, strongly_typed
 from jaxrl.loops.evaluation import evaluator
 from jaxrl.loops.harness import Harness
+from jaxrl.loops.mesh import check_data_parallel, make_layout
 from jaxrl.registry import AgentSpec
+from jaxrl.sharding import MEMBERS, split_rows
 
 
 class OfflineState(struct.PyTreeNode):
@@ -48,7 +50,10 @@ def _offline_chunk(
     """
     rng, key = jax.random.split(state.rng)
     keys = jax.random.split(key, num_updates)
-    sample = partial(buffer_sample, data, batch_size=batch_size)
+
+    def sample(key: jax.Array) -> Any:  # each device computes its rows (``split_rows``)
+        return split_rows(buffer_sample(data, key, batch_size))
+
     agent, info, bad = guarded_updates(state.agent, keys, on_nonfinite, batch=sample)
     return OfflineState(agent, rng, state.nonfinite + bad), info
 
@@ -106,17 +111,27 @@ def train_offline(
         return done[0] if isinstance(out, str) else done
     batch_size = agents.config.batch_size  # static: the members share it
     mode = cfg.on_nonfinite
+    layout = make_layout(cfg.devices, len(outs))
+    if layout.data > 1:
+        spec.check_data_parallel(layout.data)
+        what = f"--devices {cfg.devices} with {spec.name}"
+        check_data_parallel(layout, what, batch_size=batch_size)
+    shardings = layout.stacked(state)
+    state = layout.place(state, shardings)
+    data = layout.place(data, layout.sharding())  # the dataset: whole on every device
     run_chunk = compile_cache(
         lambda n: jax.jit(
             jax.vmap(
                 partial(_offline_chunk, num_updates=n, batch_size=batch_size, on_nonfinite=mode),
                 in_axes=(0, None),
+                spmd_axis_name=MEMBERS,
             ),
             donate_argnums=0,
+            out_shardings=(shardings, None),
         )
     )
     evaluate_fn = evaluator(eval_env, cfg.seed + 10_000)
-    with h:
+    with h, layout.active():
         while h.running():
             n = h.cadence.chunk(h.step)
             state, info = run_chunk(n)(state, data)
