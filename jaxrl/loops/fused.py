@@ -226,15 +226,21 @@ def _chunk(
         states = jax.tree.map(lambda x: x[None], states)
         outs = jax.tree.map(lambda x: x[:, None], outs)
     infos, updated, sums, count = outs
-    # The metrics of the chunk's last update (every member updates at the same iterations);
-    # the last iteration's (zeros) when none did.
-    updated = updated.reshape(num_iters, -1)[:, 0]
-    last = num_iters - 1 - jnp.argmax(updated[::-1])
-    metrics = {k: v[last] for k, v in infos.items()}
+    # The metrics of the chunk's last update; the last iteration's (zeros) when none did. Every
+    # member updates at the same iterations, but each finds its own index, so that members on
+    # different devices need nothing from each other.
+    last = num_iters - 1 - jnp.argmax(updated[::-1], axis=0)  # [members]
+    metrics = {k: _at(v, last) for k, v in infos.items()}
     metrics.update({_SUM + k: v.sum(0) for k, v in sums.items()})
     metrics["train/episodes"] = count.sum(0)
     metrics[NONFINITE] = states.nonfinite
     return states, metrics
+
+
+def _at(values: jax.Array, index: jax.Array) -> jax.Array:
+    """``values[index[m], m]`` for each member ``m`` (``values``: iterations x members x ...)."""
+    index = index.reshape(1, -1, *([1] * (values.ndim - 2)))
+    return jnp.take_along_axis(values, index, axis=0)[0]
 
 
 def _iteration(spec: AgentSpec, agent_config: Any, env: Any, cfg: TrainConfig) -> tuple:
