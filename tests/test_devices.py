@@ -187,3 +187,96 @@ def test_data_parallel_refusals(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["train", "sac", "--env", "jax:pendulum", "--devices", "two"])
     assert "--devices 'two'" in capsys.readouterr().err
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _launch_two(args: list[str]) -> list[subprocess.Popen]:
+    """Start processes 0 and 1 of one run, 2 CPU devices each, joined by jax.distributed."""
+    env = {**os.environ, "XLA_FLAGS": FOUR_DEVICES.replace("count=4", "count=2")}
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")])
+    port = _free_port()
+    join = ["--devices", "all", "--coordinator", f"localhost:{port}", "--num-processes", "2"]
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "jaxrl.cli", *args, *join, "--process-id", str(i)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in (0, 1)
+    ]
+
+
+def _finish(procs: list[subprocess.Popen]) -> list[str]:
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=900)
+        assert p.returncode == 0, err[-3000:]
+        outs.append(out)
+    return outs
+
+
+@pytest.mark.slow
+def test_two_processes_train_one_run_and_resume_after_both_are_killed(tmp_path):
+    # Two processes of 2 devices each form one 4-device mesh: one seed's 64 envs, buffer rows
+    # and minibatches split over both. Killed (SIGKILL, both) after a checkpoint, rerun, the
+    # run goes on from it and ends where one process with 4 devices ends.
+    import signal
+    import time
+
+    out = tmp_path / "two"
+    sac = ["train", "sac", "--env", "jax:pendulum", "--num-envs", "64", *TINY_SAC, *QUIET]
+    sac += ["--buffer-size", "6400", "--log-every", "320", "--eval-every", "640"]
+    sac += ["--eval-episodes", "2", "--checkpoint-every", "320", "--total-steps", "1280"]
+    procs = _launch_two([*sac, "--out", str(out)])
+    deadline = time.time() + 600
+    while not (out / "checkpoints" / "320").is_dir() and time.time() < deadline:
+        if any(p.poll() is not None for p in procs):
+            break
+        time.sleep(0.5)
+    for p in procs:
+        p.send_signal(signal.SIGKILL)
+        p.communicate()
+    assert (out / "checkpoints" / "320").is_dir(), "no checkpoint before the kill"
+    assert not (out / "summary.json").exists()
+    stdout = _finish(_launch_two([*sac, "--out", str(out)]))
+    assert all("Resuming" in s for s in stdout), stdout
+    # Every device of both processes holds the same agent at the end.
+    checks = [
+        line.split()[-1] for s in stdout for line in s.splitlines() if "holds the agent" in line
+    ]
+    assert len(checks) == 2 and checks[0] == checks[1], stdout
+    _on_four_devices([*sac, "--out", str(tmp_path / "one"), "--devices", "4"])
+    keys = ["critic/loss", "actor/loss", "temp/alpha", "critic/q_mean"]
+    _assert_same_metrics(tmp_path / "one", out, keys)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["completed"] and summary["total_steps"] == 1280
+
+
+def test_only_process_0_writes_the_run_directory(tmp_path, monkeypatch):
+    # As process 1 of a run: the loop trains and checkpoints, but writes no metrics,
+    # summary, plot or config (process 0 does).
+    import jaxrl.loops.config as loop_config
+    import jaxrl.loops.harness as harness
+
+    monkeypatch.setattr(harness, "primary", lambda: False)
+    monkeypatch.setattr(loop_config, "primary", lambda: False)
+    out = tmp_path / "p1"
+    main(["train", "sac", "--env", "jax:pendulum", "--num-envs", "4", "--total-steps", "256",
+          "--eval-every", "256", "--eval-episodes", "2", "--log-every", "128", *TINY_SAC,
+          "--learning-starts", "128", "--no-progress", "--out", str(out)])  # fmt: skip
+    assert sorted(os.listdir(out)) == ["checkpoints"]
+    monkeypatch.undo()
+    main(["train", "sac", "--env", "jax:pendulum", "--num-envs", "4", "--total-steps", "256",
+          "--eval-every", "256", "--eval-episodes", "2", "--log-every", "128", *TINY_SAC,
+          "--learning-starts", "128", "--no-progress", "--out", str(tmp_path / "p0")])  # fmt: skip
+    written = set(os.listdir(tmp_path / "p0"))
+    assert {"metrics.csv", "summary.json", "config.json", "learning_curve.png"} <= written

@@ -18,7 +18,7 @@ from jaxrl.config import check_choice, check_positive, check_range, config_to_di
 from jaxrl.errors import ConfigError
 from jaxrl.loops.device import NONFINITE_MODES
 from jaxrl.loops.logging import write_json
-from jaxrl.loops.mesh import parse_devices
+from jaxrl.loops.mesh import parse_devices, primary
 
 
 @partial(dataclasses.dataclass, frozen=True)
@@ -77,6 +77,14 @@ class TrainConfig:
     """Devices to train on: a number, or 'all' (every process's, when distributed). Several
     seeds spread over them (each device trains whole seeds); one seed is split over them (its
     envs, buffer rows and minibatches; gradients averaged). JAX envs and datasets only."""
+    coordinator: str | None = None
+    """Several processes (hosts): HOST:PORT of process 0, where jax.distributed meets; give it
+    with --num-processes and --process-id to every process. Under SLURM or Open MPI with
+    several tasks JAX finds these itself. Process 0 writes the run directory."""
+    num_processes: int | None = None
+    """With --coordinator: how many processes take part."""
+    process_id: int | None = None
+    """With --coordinator: this process's index, 0 .. num_processes - 1."""
 
     def __post_init__(self) -> None:
         check_positive(
@@ -99,6 +107,16 @@ class TrainConfig:
         check_choice(self, "online_lr_schedule", ("constant", "cosine"))
         check_choice(self, "on_nonfinite", NONFINITE_MODES)
         parse_devices(self.devices)
+        given = [self.coordinator, self.num_processes, self.process_id]
+        if any(v is not None for v in given) and any(v is None for v in given):
+            raise ConfigError(
+                "--coordinator, --num-processes and --process-id go together: give all three "
+                "to every process (e.g. --coordinator node0:1234 --num-processes 2 "
+                "--process-id 0 on node0), or none."
+            )
+        check_positive(self, "num_processes")
+        if self.process_id is not None:
+            check_range(self, "process_id", 0, (self.num_processes or 1) - 1)
 
 
 def run_config(agent_name: str, agent_config: Any, cfg: TrainConfig) -> dict[str, Any]:
@@ -141,6 +159,8 @@ def prepare_run_dir(out: str, config: dict[str, Any], check_only: bool = False) 
     the run's record unchanged. ``check_only`` refuses another config but writes nothing (a
     caller that leaves a finished run alone).
     """
+    if not primary():  # several processes: process 0 writes the run directory
+        return
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "config.json")
     config = json.loads(json.dumps(config))  # tuples -> lists, as they are stored
@@ -161,7 +181,8 @@ def prepare_run_dir(out: str, config: dict[str, Any], check_only: bool = False) 
     ignore = {"total_steps", "online_steps", "offline_ratio", "online_lr_schedule"}
     ignore |= {"progress", "out"}
     ignore |= {"wandb_project", "tensorboard", "on_nonfinite", "max_to_keep"}
-    ignore |= {"devices"}  # a checkpoint restores on any number of devices
+    # A checkpoint restores on any number of devices and processes.
+    ignore |= {"devices", "coordinator", "num_processes", "process_id"}
     for section in ("agent", "env", "seed", "agent_config", "train"):
         a, b = old.get(section), config.get(section)
         if isinstance(a, dict) and isinstance(b, dict):
@@ -196,7 +217,7 @@ def commit_run_config(out: str, keep: bool = True) -> None:
         keep: False drops them instead (the resume failed; the run stays as it was).
     """
     pending = os.path.join(out, PENDING)
-    if os.path.exists(pending):
+    if primary() and os.path.exists(pending):
         if keep:
             os.replace(pending, os.path.join(out, "config.json"))
         else:

@@ -28,7 +28,13 @@ from jaxrl.loops.device import (
 )
 from jaxrl.loops.evaluation import evaluate_jax
 from jaxrl.loops.harness import Harness
-from jaxrl.loops.mesh import Layout, check_data_parallel, make_layout
+from jaxrl.loops.mesh import (
+    Layout,
+    check_data_parallel,
+    host_array,
+    make_layout,
+    replica_checksum,
+)
 from jaxrl.registry import AgentSpec, refit_due
 from jaxrl.sharding import MEMBERS
 from jaxrl.types import Rollout, Transition
@@ -390,12 +396,13 @@ def train_fused(
         return done
     shardings = state_shardings(layout, states, env.num_envs)
     states = layout.place(states, shardings)
-    run_chunk = compile_cache(lambda k: jit_chunk(iteration, k, unit, shardings))
+    run_chunk = compile_cache(lambda k: layout.traced(jit_chunk(iteration, k, unit, shardings)))
     policy = acting(spec)
     eval_fn = jax.jit(jax.vmap(lambda a, k, s: evaluate_jax(a, eval_env, k, s, policy)))
     # Each member evaluates with its own seed's key, as its single run would.
     eval_key = jax.vmap(lambda s: jax.random.key(s + 10_000))(seed_array)
-    with h, layout.active():
+    eval_key = layout.place(eval_key, layout.stacked(eval_key))
+    with h:
         while h.running():
             iters = h.cadence.chunk(h.step, unit)
             states, metrics = run_chunk(iters)(states, jnp.int32(h.step))
@@ -410,17 +417,20 @@ def train_fused(
             ):
                 updates += agent_config.learning_starts  # the pretraining burst ran in this chunk
             at = h.advance(iters * unit, updates)
-            metrics = jax.device_get(metrics)
+            metrics = jax.tree.map(host_array, metrics)
             learned = spec.kind == "on-policy" or h.step - unit >= agent_config.learning_starts
             rows = _rows(metrics, learned, h.rate())
             if at.eval:
                 obs_stats = states.env.extras.get("obs_stats")
-                h.record_eval(eval_fn(states.agent, eval_key, obs_stats), *rows)
+                h.record_eval(host_array(eval_fn(states.agent, eval_key, obs_stats)), *rows)
             if at.log:
                 h.log(*rows)
             if at.save:
                 h.save(states)
         h.save_if_stopped(states)
+    if jax.process_count() > 1 and layout.members == 1:
+        checksum = replica_checksum(states.agent)
+        print(f"process {jax.process_index()}: every device holds the agent {checksum}.")
     return h.finish()
 
 

@@ -33,6 +33,7 @@ from jaxrl.loops.checkpoint import Checkpointer
 from jaxrl.loops.config import TrainConfig, commit_run_config
 from jaxrl.loops.device import NONFINITE, compile_cache, nonfinite, strongly_typed
 from jaxrl.loops.logging import RunLogger, write_json
+from jaxrl.loops.mesh import host_array, member, primary
 
 
 class Harness:
@@ -70,8 +71,14 @@ class Harness:
         self.where = where or cfg.env
         self.score_fn = score_fn or (lambda _: None)
         self.cadence = Cadence.of(cfg)
+        # With several processes (``jax.distributed``), process 0 writes the run directories:
+        # metrics, summaries and the progress bar; every process takes part in checkpoints.
+        self.primary = primary()
         self.loggers = [
-            RunLogger(o, cfg.tensorboard, cfg.wandb_project, os.path.basename(o)) for o in outs
+            RunLogger(
+                o, cfg.tensorboard, cfg.wandb_project, os.path.basename(o), writes=self.primary
+            )
+            for o in outs
         ]
         self.ckpts = [
             Checkpointer(os.path.join(o, "checkpoints"), max_to_keep=cfg.max_to_keep) for o in outs
@@ -177,7 +184,7 @@ class Harness:
         try:
             for logger in self.loggers:
                 logger.open()
-            if self.cfg.progress:
+            if self.cfg.progress and self.primary:
                 from tqdm import tqdm
 
                 self.bar = tqdm(
@@ -323,15 +330,15 @@ class Harness:
         ``state.nonfinite`` (every loop state has it) is checked first: in 'stop' mode a member
         whose agent went NaN is not saved, so its newest checkpoint stays the last good one.
         """
-        counts = np.reshape(jax.device_get(state.nonfinite), -1)
+        counts = np.reshape(host_array(state.nonfinite), -1)
         for i, ckpt in enumerate(self.ckpts):
             if self.cfg.on_nonfinite == "stop" and (self.diverged[i] is not None or counts[i] > 0):
                 self.diverge(i)  # never let a diverged state evict the last good checkpoint
                 continue
-            member = jax.tree.map(lambda x, i=i: x[i], state) if self.stacked else state
+            part = member(state, i) if self.stacked else state
             meta = {"step": self.step, "last_eval": self.last_eval[i].tolist(), "phase": self.phase}
             meta |= metas[i] if metas else {}
-            ckpt.save(self.step_offset + self.step, member, meta)
+            ckpt.save(self.step_offset + self.step, part, meta)
 
     def save_if_stopped(self, state: Any, *metas: dict[str, Any]) -> None:
         """After the loop: checkpoint ``state`` when a stop signal ended it (resume from there).
@@ -380,7 +387,8 @@ class Harness:
                 else self.step_offset + self.diverged[i],
             }
             summary |= extra or {}
-            write_json(os.path.join(out, "summary.json"), summary)
+            if self.primary:
+                write_json(os.path.join(out, "summary.json"), summary)
             summaries.append(summary)
         return summaries
 

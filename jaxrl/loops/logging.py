@@ -56,6 +56,8 @@ class RunLogger:
         wandb_project: if set, also log to this wandb project (requires ``pip install wandb``).
         run_name: name shown in wandb.
         config: the run's config, sent to wandb.
+        writes: False for a logger that only keeps the rows (the processes other than 0 of a
+            run over several processes: one process writes the run directory).
     """
 
     def __init__(
@@ -65,17 +67,20 @@ class RunLogger:
         wandb_project: str | None = None,
         run_name: str | None = None,
         config: dict[str, Any] | None = None,
+        writes: bool = True,
     ):
-        os.makedirs(out_dir, exist_ok=True)
+        self.writes = writes
+        if writes:
+            os.makedirs(out_dir, exist_ok=True)
         self.out_dir = out_dir
         self.csv_path = os.path.join(out_dir, "metrics.csv")
         self.rows: list[dict[str, float]] = read_metrics(self.csv_path)
-        self._tensorboard = tensorboard
+        self._tensorboard = tensorboard and writes
         self._tb = None
         self._purge_step: int | None = None
         self._wandb = None
         self._wandb_args = None
-        if wandb_project:
+        if wandb_project and writes:
             from jaxrl.errors import require
 
             require("wandb", "wandb")  # fail at setup, naming the extra, not at the first log
@@ -138,6 +143,8 @@ class RunLogger:
             self._wandb.log(clean, step=step)
 
     def _write_csv(self) -> None:
+        if not self.writes:
+            return
         keys = ["step"]
         if any("eval_return" in r for r in self.rows):
             keys.append("eval_return")
@@ -151,6 +158,8 @@ class RunLogger:
 
     def plot(self, title: str = "") -> str:
         """Write ``learning_curve.png`` (eval return against env steps); returns its path."""
+        if not self.writes:
+            return os.path.join(self.out_dir, "learning_curve.png")
         return plot_learning_curves(
             {title or "eval": self.csv_path},
             os.path.join(self.out_dir, "learning_curve.png"),

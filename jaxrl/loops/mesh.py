@@ -98,6 +98,19 @@ class Layout:
         """
         return jax.set_mesh(self.mesh)
 
+    def traced(self, fn: Any) -> Any:
+        """``fn`` (a jitted function) called, and so traced, inside ``active()``.
+
+        Only the loops' compiled programs run under the mesh: eager work between them (saving
+        one member's arrays) stays outside it.
+        """
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self.active():
+                return fn(*args, **kwargs)
+
+        return call
+
     def stacked(self, tree: Any, split: Any = None) -> Any:
         """Shardings of a state with a leading member axis.
 
@@ -125,8 +138,110 @@ class Layout:
         return jax.tree.map(one, split, tree, is_leaf=lambda x: x is None or isinstance(x, int))
 
     def place(self, tree: Any, shardings: Any) -> Any:
-        """``tree`` moved to ``shardings`` (``jax.device_put``); typed PRNG keys included."""
-        return jax.device_put(tree, shardings)
+        """``tree`` moved to ``shardings`` (a pytree of them, or one for every leaf).
+
+        With several processes, every process passes the same values (each keeps its
+        devices' part). Typed PRNG keys move as their key data.
+        """
+        if isinstance(shardings, NamedSharding):
+            shardings = jax.tree.map(lambda _: shardings, tree)
+
+        def put(x: Any, sharding: NamedSharding) -> Any:
+            if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+                data = jax.device_put(jax.random.key_data(x), sharding)
+                return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+            return jax.device_put(x, sharding)
+
+        return jax.tree.map(put, tree, shardings)
+
+    def replicated(self) -> NamedSharding:
+        """Whole on every device (what the host reads back: metrics, evaluation returns)."""
+        return self.sharding()
+
+
+def member(tree: Any, i: int) -> Any:
+    """Member ``i`` of a state with a leading member axis, where its devices hold it.
+
+    ``x[i]`` would be a program of its own, run on every device, whose result XLA may gather
+    with a collective; two such programs in flight at once can wait for each other's devices.
+    Here each device that holds member ``i`` slices its own block, with no collective.
+    """
+
+    def one(x: Any) -> Any:
+        sharding = getattr(x, "sharding", None)
+        if not isinstance(x, jax.Array) or not isinstance(sharding, NamedSharding):
+            return x[i]
+        mesh, spec = sharding.mesh, tuple(sharding.spec) + (None,) * x.ndim
+        per = x.shape[0] // mesh.shape[MEMBERS] if spec[0] == MEMBERS else x.shape[0]
+        group = i // per if spec[0] == MEMBERS else 0
+        devices = mesh.devices[group : group + 1]
+        sub = NamedSharding(Mesh(devices, mesh.axis_names), P(*spec[1 : x.ndim]))
+        mine = set(devices.flat)
+        blocks = [
+            s.data[i - (s.index[0].start or 0)] for s in x.addressable_shards if s.device in mine
+        ]
+        return jax.make_array_from_single_device_arrays(x.shape[1:], sub, blocks)
+
+    return jax.tree.map(one, tree)
+
+
+def primary() -> bool:
+    """Whether this process writes the run directory: process 0 (the only one, usually)."""
+    return jax.process_index() == 0
+
+
+def replica_checksum(tree: Any) -> str:
+    """Check that every device of every process holds the same copy of ``tree``; its checksum.
+
+    For a run over several processes, whose agent is whole on every device: a device whose
+    copy drifted (which the program's all-reduces should make impossible) would train on
+    other parameters unseen. Each device's copy is hashed on its host and the hashes are
+    gathered once.
+
+    Raises:
+        RuntimeError: the copies differ, naming the processes.
+    """
+    import hashlib
+
+    hashes = []
+    for device in jax.local_devices():
+        h = hashlib.sha256()
+        for leaf in jax.tree.leaves(tree):
+            if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(
+                leaf.dtype, jax.dtypes.prng_key
+            ):
+                leaf = jax.random.key_data(leaf)
+            if not isinstance(leaf, jax.Array):
+                h.update(np.asarray(leaf).tobytes())
+                continue
+            for shard in leaf.addressable_shards:
+                if shard.device == device:
+                    h.update(np.asarray(shard.data).tobytes())
+        hashes.append(np.frombuffer(h.digest()[:8], np.uint32))
+    local = np.stack(hashes)  # [local devices, 2]
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        every = np.asarray(multihost_utils.process_allgather(local))
+    else:
+        every = local[None]
+    every = every.reshape(jax.process_count(), -1, 2)
+    differ = sorted({p for p in range(every.shape[0]) if (every[p] != every[0, 0]).any()})
+    if differ:
+        raise RuntimeError(
+            f"The devices hold different copies of the agent (processes {differ} differ from "
+            "process 0's first device): the data-parallel program is inconsistent."
+        )
+    return "".join(f"{int(v):08x}" for v in every[0, 0])
+
+
+def host_array(x: Any) -> np.ndarray:
+    """``x`` as a numpy array on this host, also when other processes hold parts of it."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(jax.device_get(x))
 
 
 def make_layout(devices: str | int, members: int) -> Layout:
@@ -171,7 +286,11 @@ __all__ = [
     "check_data_parallel",
     "collectives",
     "make_layout",
+    "member",
+    "host_array",
     "parse_devices",
+    "primary",
+    "replica_checksum",
 ]
 
 

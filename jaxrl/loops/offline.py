@@ -19,7 +19,7 @@ from jaxrl.loops.config import TrainConfig
 from jaxrl.loops.device import NONFINITE, compile_cache, guarded_updates, strongly_typed
 from jaxrl.loops.evaluation import evaluator
 from jaxrl.loops.harness import Harness
-from jaxrl.loops.mesh import check_data_parallel, make_layout
+from jaxrl.loops.mesh import check_data_parallel, host_array, make_layout, member
 from jaxrl.registry import AgentSpec
 from jaxrl.sharding import MEMBERS, split_rows
 
@@ -120,22 +120,26 @@ def train_offline(
     state = layout.place(state, shardings)
     data = layout.place(data, layout.sharding())  # the dataset: whole on every device
     run_chunk = compile_cache(
-        lambda n: jax.jit(
-            jax.vmap(
-                partial(_offline_chunk, num_updates=n, batch_size=batch_size, on_nonfinite=mode),
-                in_axes=(0, None),
-                spmd_axis_name=MEMBERS,
-            ),
-            donate_argnums=0,
-            out_shardings=(shardings, None),
+        lambda n: layout.traced(
+            jax.jit(
+                jax.vmap(
+                    partial(
+                        _offline_chunk, num_updates=n, batch_size=batch_size, on_nonfinite=mode
+                    ),
+                    in_axes=(0, None),
+                    spmd_axis_name=MEMBERS,
+                ),
+                donate_argnums=0,
+                out_shardings=(shardings, None),
+            )
         )
     )
     evaluate_fn = evaluator(eval_env, cfg.seed + 10_000)
-    with h, layout.active():
+    with h:
         while h.running():
             n = h.cadence.chunk(h.step)
             state, info = run_chunk(n)(state, data)
-            info, nonfinite = jax.device_get((info, state.nonfinite))  # waits for the chunk
+            info, nonfinite = jax.tree.map(host_array, (info, state.nonfinite))  # waits
             at = h.advance(n, n)
             rows = [
                 {k: float(v[i]) for k, v in info.items()} | {NONFINITE: int(nonfinite[i])}
@@ -145,8 +149,7 @@ def train_offline(
                 row["time/updates_per_s"] = h.rate()  # compute time: the chunk has finished
             if at.eval:
                 returns = [
-                    evaluate_fn(jax.tree.map(lambda x, i=i: x[i], state.agent), s + 10_000)
-                    for i, s in enumerate(seeds)
+                    evaluate_fn(member(state.agent, i), s + 10_000) for i, s in enumerate(seeds)
                 ]
                 h.record_eval(np.stack(returns), *rows)
             if at.log:

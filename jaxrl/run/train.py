@@ -49,7 +49,9 @@ def train(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     """
     from jaxrl import registry
     from jaxrl.envs.jax_envs import is_jax_env
+    from jaxrl.run.devices import start_processes
 
+    start_processes(train_cfg)  # several processes: before JAX touches a device
     spec = registry.get(agent_name)
     if train_cfg.env:  # settings derived from the env, and the agent's refusals of it
         agent_cfg = spec.for_env(agent_cfg, train_cfg.env)
@@ -183,6 +185,7 @@ def _seeds_summary(
     import numpy as np
 
     from jaxrl.loops.logging import plot_learning_curves, write_json
+    from jaxrl.loops.mesh import primary
 
     if len(outs) == 1:
         return summaries[0]
@@ -200,6 +203,8 @@ def _seeds_summary(
         "completed": completed,
         "status": _worst_status(summaries),
     }
+    if not primary():  # several processes: process 0 writes the run directory
+        return summary
     write_json(os.path.join(out, "summary.json"), summary)
     curves = {os.path.basename(o): os.path.join(o, "metrics.csv") for o in outs}
     where = train_cfg.dataset or train_cfg.env
