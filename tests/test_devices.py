@@ -4,8 +4,8 @@ Each test runs jaxrl in a subprocess whose CPU is split into 4 devices
 (``XLA_FLAGS=--xla_force_host_platform_device_count=4``, fixed when JAX starts); one process
 trains both the 1-device and the 4-device runs it compares. Data-parallel runs compute the
 1-device program with its arrays split over devices, so they match it up to the order of
-float sums: 1e-4 relative after hundreds of updates, where SAC's critic loss and PPO's
-gradient norm move by 1e-1 per update.
+float sums, whose differences grow over the updates: 1e-3 relative after 500 SAC updates (the
+critic loss, a squared TD error, shows them most), where two seeds differ by 1e-1 or more.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from jaxrl.registry import get
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_SAC = ["--hidden-dims", "32", "32", "--batch-size", "64", "--learning-starts", "256"]
 QUIET = ["--no-progress", "--no-tensorboard"]
+SMALL_SAC = ["--num-envs", "16", *TINY_SAC, "--learning-starts", "128", "--buffer-size", "1600"]
+SMALL_SAC += QUIET
 # Each CPU device is a thread, and a collective waits for all of them: on a loaded 2-core
 # machine one may wait minutes for a thread that XLA's default gives 40 s before aborting.
 FOUR_DEVICES = " ".join(
@@ -57,17 +59,21 @@ def _rows(out) -> list[dict]:
 def _assert_same_metrics(a, b, keys, rtol=1e-4):
     rows_a, rows_b = _rows(a), _rows(b)
     assert [r["step"] for r in rows_a] == [r["step"] for r in rows_b]
+    compared = 0
     for ra, rb in zip(rows_a, rows_b, strict=True):
-        for k in keys:
+        assert ra.keys() == rb.keys()
+        for k in set(keys) & ra.keys():  # losses appear once learning started
             np.testing.assert_allclose(ra[k], rb[k], rtol=rtol, atol=1e-6, err_msg=k)
+            compared += 1
+    assert compared >= len(keys)
 
 
 def test_a_member_sharded_sweep_matches_one_device(tmp_path):
     # 4 members (2 settings x 2 seeds) on 4 devices: one member per device, nothing shared.
-    sweep = ["sweep", "sac", "--env", "jax:pendulum", "--num-envs", "4", "--total-steps", "512"]
-    sweep += ["--grid", "actor_lr=0.001,0.0003", "--seeds", "2", "--log-every", "128"]
-    sweep += ["--eval-every", "512", "--eval-episodes", "2", *TINY_SAC, *QUIET]
-    sweep += ["--learning-starts", "128"]
+    sweep = ["sweep", "sac", "--env", "jax:pendulum", "--num-envs", "4", "--total-steps", "256"]
+    sweep += ["--grid", "actor_lr=0.001,0.0003", "--seeds", "2", "--log-every", "64"]
+    sweep += ["--eval-every", "256", "--eval-episodes", "2", *TINY_SAC, *QUIET]
+    sweep += ["--learning-starts", "64"]
     _on_four_devices(
         [*sweep, "--out", str(tmp_path / "one"), "--devices", "1"],
         [*sweep, "--out", str(tmp_path / "four"), "--devices", "4"],
@@ -80,35 +86,34 @@ def test_a_member_sharded_sweep_matches_one_device(tmp_path):
 
 
 def test_sac_data_parallel_matches_one_device_and_reshards_on_resume(tmp_path):
-    # One seed, 64 envs split 16 per device; the buffer's rows and every minibatch split too.
-    # Checkpointed at 640 steps on 4 devices and resumed on 1 (and the reverse), a run goes
+    # One seed, 16 envs split 4 per device; the buffer's rows and every minibatch split too.
+    # Checkpointed at 320 steps on 4 devices and resumed on 1 (and the reverse), a run goes
     # on as if it had not stopped: a checkpoint holds the same arrays at every device count.
-    sac = ["train", "sac", "--env", "jax:pendulum", "--num-envs", "64", *TINY_SAC, *QUIET]
-    sac += ["--buffer-size", "6400", "--log-every", "320", "--eval-every", "640"]
-    sac += ["--eval-episodes", "2"]
-    full, short = [*sac, "--total-steps", "1280"], [*sac, "--total-steps", "640"]
+    sac = ["train", "sac", "--env", "jax:pendulum", *SMALL_SAC, "--log-every", "160"]
+    sac += ["--eval-every", "320", "--eval-episodes", "2"]
+    full, short = [*sac, "--total-steps", "640"], [*sac, "--total-steps", "320"]
     _on_four_devices(
         [*full, "--out", str(tmp_path / "one"), "--devices", "1"],
-        [*full, "--out", str(tmp_path / "four"), "--devices", "4"],
         [*short, "--out", str(tmp_path / "4to1"), "--devices", "4"],
         [*full, "--out", str(tmp_path / "4to1"), "--devices", "1"],
         [*short, "--out", str(tmp_path / "1to4"), "--devices", "1"],
         [*full, "--out", str(tmp_path / "1to4"), "--devices", "4"],
     )
     keys = ["critic/loss", "actor/loss", "temp/alpha", "critic/q_mean", "critic/target"]
-    # 320 updates (64 per iteration after 256 warm-up steps of 64 envs) by step 1280.
-    for run in ("four", "4to1", "1to4"):
-        _assert_same_metrics(tmp_path / "one", tmp_path / run, keys)
-    returns = [_rows(tmp_path / r)[-1]["eval_return"] for r in ("one", "four", "4to1", "1to4")]
+    # 512 updates (16 per iteration after 128 warm-up steps of 16 envs) by step 640.
+    # 4to1 trains its first half on 4 devices, 1to4 its second half.
+    for run in ("4to1", "1to4"):
+        _assert_same_metrics(tmp_path / "one", tmp_path / run, keys, rtol=1e-3)
+    returns = [_rows(tmp_path / r)[-1]["eval_return"] for r in ("one", "4to1", "1to4")]
     np.testing.assert_allclose(returns, returns[0], rtol=1e-3)
     assert json.load(open(tmp_path / "4to1" / "config.json"))["train"]["devices"] == "1"
 
 
 def test_ppo_data_parallel_matches_one_device(tmp_path):
     # 64 envs on 4 devices, with the observation normalizer's statistics over all of them;
-    # 4 updates of 8 epochs x 8 minibatches (256 optimizer steps) by 20480 steps.
+    # 2 updates of 4 epochs x 16 minibatches (128 optimizer steps) by 10240 steps.
     ppo = ["train", "ppo", "--env", "jax:pendulum", "--num-envs", "64", *QUIET]
-    ppo += ["--total-steps", "20480", "--log-every", "5120", "--eval-every", "20480"]
+    ppo += ["--total-steps", "10240", "--log-every", "5120", "--eval-every", "10240"]
     ppo += ["--eval-episodes", "2"]
     _on_four_devices(
         [*ppo, "--out", str(tmp_path / "one"), "--devices", "1"],
@@ -233,19 +238,19 @@ def test_two_processes_train_one_run_and_resume_after_both_are_killed(tmp_path):
     import time
 
     out = tmp_path / "two"
-    sac = ["train", "sac", "--env", "jax:pendulum", "--num-envs", "64", *TINY_SAC, *QUIET]
-    sac += ["--buffer-size", "6400", "--log-every", "320", "--eval-every", "640"]
-    sac += ["--eval-episodes", "2", "--checkpoint-every", "320", "--total-steps", "1280"]
+    sac = ["train", "sac", "--env", "jax:pendulum", *SMALL_SAC, "--log-every", "160"]
+    sac += ["--eval-every", "320", "--eval-episodes", "2", "--checkpoint-every", "160"]
+    sac += ["--total-steps", "640"]
     procs = _launch_two([*sac, "--out", str(out)])
     deadline = time.time() + 600
-    while not (out / "checkpoints" / "320").is_dir() and time.time() < deadline:
+    while not (out / "checkpoints" / "160").is_dir() and time.time() < deadline:
         if any(p.poll() is not None for p in procs):
             break
         time.sleep(0.5)
     for p in procs:
         p.send_signal(signal.SIGKILL)
         p.communicate()
-    assert (out / "checkpoints" / "320").is_dir(), "no checkpoint before the kill"
+    assert (out / "checkpoints" / "160").is_dir(), "no checkpoint before the kill"
     assert not (out / "summary.json").exists()
     stdout = _finish(_launch_two([*sac, "--out", str(out)]))
     assert all("Resuming" in s for s in stdout), stdout
@@ -256,9 +261,9 @@ def test_two_processes_train_one_run_and_resume_after_both_are_killed(tmp_path):
     assert len(checks) == 2 and checks[0] == checks[1], stdout
     _on_four_devices([*sac, "--out", str(tmp_path / "one"), "--devices", "4"])
     keys = ["critic/loss", "actor/loss", "temp/alpha", "critic/q_mean"]
-    _assert_same_metrics(tmp_path / "one", out, keys)
+    _assert_same_metrics(tmp_path / "one", out, keys, rtol=1e-3)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["completed"] and summary["total_steps"] == 1280
+    assert summary["completed"] and summary["total_steps"] == 640
 
 
 def test_only_process_0_writes_the_run_directory(tmp_path, monkeypatch):

@@ -146,11 +146,22 @@ class Layout:
         if isinstance(shardings, NamedSharding):
             shardings = jax.tree.map(lambda _: shardings, tree)
 
+        def move(x: Any, sharding: NamedSharding) -> Any:
+            if isinstance(x, jax.Array) and not x.is_fully_addressable:
+                # Spread over several processes already (e.g. restored by orbax): resharded
+                # by a program, since not every backend moves arrays between hosts directly.
+                return jax.jit(lambda y: y, out_shardings=sharding)(x)
+            if jax.process_count() > 1 and isinstance(x, jax.Array):
+                # This process's copy (every process holds the same): as host data, which
+                # device_put spreads to this process's devices of the sharding.
+                x = np.asarray(x)
+            return jax.device_put(x, sharding)
+
         def put(x: Any, sharding: NamedSharding) -> Any:
             if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-                data = jax.device_put(jax.random.key_data(x), sharding)
+                data = move(jax.random.key_data(x), sharding)
                 return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
-            return jax.device_put(x, sharding)
+            return move(x, sharding)
 
         return jax.tree.map(put, tree, shardings)
 
