@@ -25,6 +25,7 @@ from flax import struct
 from flax.training.train_state import TrainState
 
 from jaxrl import rl
+from jaxrl.buffers import split_rows
 from jaxrl.config import ConfigError, check_choice, check_positive, check_range
 from jaxrl.networks import (
     ACTIVATIONS,
@@ -33,7 +34,6 @@ from jaxrl.networks import (
     make_train_state,
     observing,
 )
-from jaxrl.sharding import split_rows
 from jaxrl.types import InfoDict, Params, Rollout
 
 __all__ = ["PPO", "PPOConfig", "Rollout", "gae_minibatch", "policy_loss", "value_loss"]

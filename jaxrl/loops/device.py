@@ -13,8 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxrl.buffers import BufferState, sample_minibatches, sample_sequences
-from jaxrl.sharding import split_rows
+from jaxrl.buffers import BufferState, sample_minibatches, sample_sequences, split_rows
 
 NONFINITE = "train/nonfinite_updates"
 """Metrics column: updates so far after which the agent held a NaN."""

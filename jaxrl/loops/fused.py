@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl.buffers import BufferState, buffer_add, make_replay_buffer
+from jaxrl.buffers import MEMBERS, BufferState, buffer_add, make_replay_buffer
+from jaxrl.loops import mesh
 from jaxrl.loops.acting import acting
 from jaxrl.loops.config import TrainConfig
 from jaxrl.loops.device import (
@@ -28,15 +29,8 @@ from jaxrl.loops.device import (
 )
 from jaxrl.loops.evaluation import evaluate_jax
 from jaxrl.loops.harness import Harness
-from jaxrl.loops.mesh import (
-    Layout,
-    check_data_parallel,
-    host_array,
-    make_layout,
-    replica_checksum,
-)
+from jaxrl.loops.mesh import host_array
 from jaxrl.registry import AgentSpec, refit_due
-from jaxrl.sharding import MEMBERS
 from jaxrl.types import Rollout, Transition
 
 
@@ -232,21 +226,15 @@ def _chunk(
         states = jax.tree.map(lambda x: x[None], states)
         outs = jax.tree.map(lambda x: x[:, None], outs)
     infos, updated, sums, count = outs
-    # The metrics of the chunk's last update; the last iteration's (zeros) when none did. Every
-    # member updates at the same iterations, but each finds its own index, so that members on
-    # different devices need nothing from each other.
+    # The last update's metrics (zeros if none); each member finds its own (equal) index, so
+    # that members on different devices need nothing from each other.
     last = num_iters - 1 - jnp.argmax(updated[::-1], axis=0)  # [members]
-    metrics = {k: _at(v, last) for k, v in infos.items()}
+    at = lambda v: jnp.take_along_axis(v, last.reshape(1, -1, *[1] * (v.ndim - 2)), 0)[0]  # noqa: E731
+    metrics = {k: at(v) for k, v in infos.items()}
     metrics.update({_SUM + k: v.sum(0) for k, v in sums.items()})
     metrics["train/episodes"] = count.sum(0)
     metrics[NONFINITE] = states.nonfinite
     return states, metrics
-
-
-def _at(values: jax.Array, index: jax.Array) -> jax.Array:
-    """``values[index[m], m]`` for each member ``m`` (``values``: iterations x members x ...)."""
-    index = index.reshape(1, -1, *([1] * (values.ndim - 2)))
-    return jnp.take_along_axis(values, index, axis=0)[0]
 
 
 def _iteration(spec: AgentSpec, agent_config: Any, env: Any, cfg: TrainConfig) -> tuple:
@@ -279,22 +267,17 @@ def jit_chunk(iteration: Any, num_iters: int, steps_per_iter: int, shardings: An
     """``(states, step) -> (states, metrics)``: ``num_iters`` iterations as one jitted program.
 
     ``states`` is donated: without that, XLA must keep the input buffers intact and the first
-    write to the replay buffer copies all of it. ``shardings``: where the returned states live
-    (``state_shardings``), so every chunk finds its input where the last one left it.
+    write to the replay buffer copies all of it. ``shardings``: where states live (kept).
     """
     chunk = partial(_chunk, iteration=iteration, num_iters=num_iters, steps_per_iter=steps_per_iter)
-    if shardings is None:
-        return jax.jit(chunk, donate_argnums=0)
-    return jax.jit(chunk, donate_argnums=0, out_shardings=(shardings, None))
+    placed = {} if shardings is None else {"out_shardings": (shardings, None)}
+    return jax.jit(chunk, donate_argnums=0, **placed)
 
 
-def state_shardings(layout: Layout, states: FusedState, num_envs: int) -> FusedState:
-    """Where each array of stacked fused states lives on ``layout``'s mesh.
+def state_shardings(layout: mesh.Layout, states: FusedState, num_envs: int) -> FusedState:
+    """Where each array of stacked fused states lives (``Layout.stacked``).
 
-    Members are split over the members axis. Over the data axis: the env copies (the arrays of
-    the envs' state, wrappers' included, and of a planner's carry with a ``num_envs`` axis) and
-    the replay buffer's rows. The agent, the loop RNG and wrapper statistics (an observation
-    normalizer's) are whole on every device.
+    Members over the members axis; env copies and buffer rows over the data axis.
     """
     rows = None if states.buffer is None else states.buffer.capacity
     split = FusedState(agent=0, buffer=rows, env=num_envs, rng=0, nonfinite=0, plan=num_envs)
@@ -330,27 +313,6 @@ def _rows(metrics: dict[str, np.ndarray], learned: bool, rate: float) -> list[di
     return rows
 
 
-def check_fused_layout(
-    spec: AgentSpec, agent_config: Any, env: Any, cfg: TrainConfig, layout: Layout
-) -> None:
-    """Refuse a data-parallel run that cannot be split.
-
-    That is an agent the registry keeps whole (``AgentSpec.data_parallel``), or sizes the data
-    axis does not divide.
-
-    Raises:
-        ConfigError: naming the agent or the size, and what to pass instead.
-    """
-    if layout.data == 1:
-        return
-    spec.check_data_parallel(layout.data)
-    what = f"--devices {cfg.devices} with {spec.name} on {cfg.env}"
-    sizes = {"num_envs": env.num_envs}
-    if spec.kind != "on-policy":
-        sizes["batch_size"] = agent_config.batch_size
-    check_data_parallel(layout, what, **sizes)
-
-
 def train_fused(
     spec: AgentSpec,
     agent_config: Any,
@@ -382,8 +344,10 @@ def train_fused(
     Returns:
         The per-member summaries (also written to ``outs[i]/summary.json``).
     """
-    layout = make_layout(cfg.devices, len(outs))
-    check_fused_layout(spec, agent_config, env, cfg, layout)
+    layout = mesh.make_layout(cfg.devices, len(outs))
+    batch = {} if spec.kind == "on-policy" else {"batch_size": agent_config.batch_size}
+    what = f"--devices {cfg.devices} on {cfg.env}"
+    mesh.check_data_parallel(spec, layout, what, num_envs=env.num_envs, **batch)
     iteration, unit, updates_per_iter = _iteration(spec, agent_config, env, cfg)
     seeds = list(seeds) if seeds is not None else [cfg.seed + i for i in range(len(outs))]
     h = Harness(spec.name, cfg, outs, stacked=True, seeds=seeds)
@@ -422,15 +386,14 @@ def train_fused(
             rows = _rows(metrics, learned, h.rate())
             if at.eval:
                 obs_stats = states.env.extras.get("obs_stats")
-                h.record_eval(host_array(eval_fn(states.agent, eval_key, obs_stats)), *rows)
+                h.record_eval(mesh.host_array(eval_fn(states.agent, eval_key, obs_stats)), *rows)
             if at.log:
                 h.log(*rows)
             if at.save:
                 h.save(states)
         h.save_if_stopped(states)
     if jax.process_count() > 1 and layout.members == 1:
-        checksum = replica_checksum(states.agent)
-        print(f"process {jax.process_index()}: every device holds the agent {checksum}.")
+        print(f"process {jax.process_index()}: {mesh.replica_checksum(states.agent)}")
     return h.finish()
 
 

@@ -71,15 +71,9 @@ class Harness:
         self.where = where or cfg.env
         self.score_fn = score_fn or (lambda _: None)
         self.cadence = Cadence.of(cfg)
-        # With several processes (``jax.distributed``), process 0 writes the run directories:
-        # metrics, summaries and the progress bar; every process takes part in checkpoints.
-        self.primary = primary()
-        self.loggers = [
-            RunLogger(
-                o, cfg.tensorboard, cfg.wandb_project, os.path.basename(o), writes=self.primary
-            )
-            for o in outs
-        ]
+        self.primary = primary()  # process 0 writes; every process takes part in checkpoints
+        tb, wandb, w = cfg.tensorboard, cfg.wandb_project, self.primary
+        self.loggers = [RunLogger(o, tb, wandb, os.path.basename(o), writes=w) for o in outs]
         self.ckpts = [
             Checkpointer(os.path.join(o, "checkpoints"), max_to_keep=cfg.max_to_keep) for o in outs
         ]

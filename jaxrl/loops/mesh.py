@@ -28,8 +28,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxrl.buffers import DATA, MEMBERS
 from jaxrl.errors import ConfigError
-from jaxrl.sharding import DATA, MEMBERS
+from jaxrl.registry import AgentSpec
 
 
 def parse_devices(devices: str | int) -> int | None:
@@ -94,7 +95,7 @@ class Layout:
     def active(self) -> Any:
         """The context to trace the loops' programs in (``jax.set_mesh``).
 
-        Inside it, ``jaxrl.sharding.split_rows`` splits minibatches over the data axis.
+        Inside it, ``jaxrl.buffers.split_rows`` splits minibatches over the data axis.
         """
         return jax.set_mesh(self.mesh)
 
@@ -179,10 +180,9 @@ def member(tree: Any, i: int) -> Any:
     """
 
     def one(x: Any) -> Any:
-        sharding = getattr(x, "sharding", None)
-        if not isinstance(x, jax.Array) or not isinstance(sharding, NamedSharding):
+        if not isinstance(x, jax.Array) or not isinstance(x.sharding, NamedSharding):
             return x[i]
-        mesh, spec = sharding.mesh, tuple(sharding.spec) + (None,) * x.ndim
+        mesh, spec = x.sharding.mesh, tuple(x.sharding.spec) + (None,) * x.ndim
         per = x.shape[0] // mesh.shape[MEMBERS] if spec[0] == MEMBERS else x.shape[0]
         group = i // per if spec[0] == MEMBERS else 0
         devices = mesh.devices[group : group + 1]
@@ -208,6 +208,9 @@ def replica_checksum(tree: Any) -> str:
     copy drifted (which the program's all-reduces should make impossible) would train on
     other parameters unseen. Each device's copy is hashed on its host and the hashes are
     gathered once.
+
+    Returns:
+        ``every device holds the agent <checksum>.``
 
     Raises:
         RuntimeError: the copies differ, naming the processes.
@@ -243,7 +246,7 @@ def replica_checksum(tree: Any) -> str:
             f"The devices hold different copies of the agent (processes {differ} differ from "
             "process 0's first device): the data-parallel program is inconsistent."
         )
-    return "".join(f"{int(v):08x}" for v in every[0, 0])
+    return "every device holds the agent " + "".join(f"{int(v):08x}" for v in every[0, 0]) + "."
 
 
 def host_array(x: Any) -> np.ndarray:
@@ -270,14 +273,19 @@ def make_layout(devices: str | int, members: int) -> Layout:
     return Layout(Mesh(grid, (MEMBERS, DATA)))
 
 
-def check_data_parallel(layout: Layout, what: str, **sizes: int) -> None:
-    """Refuse a data axis that does not divide ``sizes`` (e.g. ``num_envs=64``).
+def check_data_parallel(spec: AgentSpec, layout: Layout, what: str, **sizes: int) -> None:
+    """Refuse a data-parallel run that cannot be split.
+
+    That is an agent the registry keeps whole (``AgentSpec.data_parallel``), or ``sizes``
+    (e.g. ``num_envs=64``) that the data axis does not divide.
 
     Raises:
-        ConfigError: naming the size and the device counts that divide it.
+        ConfigError: naming the agent or the size, and what to pass instead.
     """
     if layout.data == 1:
         return
+    spec.check_data_parallel(layout.data)
+    what = f"{what} with {spec.name}"
     for name, size in sizes.items():
         if size % layout.data:
             fits = [d for d in range(1, layout.data + 1) if size % d == 0]

@@ -14,14 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl.buffers import BufferState, buffer_sample
+from jaxrl.buffers import MEMBERS, BufferState, buffer_sample, split_rows
 from jaxrl.loops.config import TrainConfig
 from jaxrl.loops.device import NONFINITE, compile_cache, guarded_updates, strongly_typed
 from jaxrl.loops.evaluation import evaluator
 from jaxrl.loops.harness import Harness
 from jaxrl.loops.mesh import check_data_parallel, host_array, make_layout, member
 from jaxrl.registry import AgentSpec
-from jaxrl.sharding import MEMBERS, split_rows
 
 
 class OfflineState(struct.PyTreeNode):
@@ -112,10 +111,7 @@ def train_offline(
     batch_size = agents.config.batch_size  # static: the members share it
     mode = cfg.on_nonfinite
     layout = make_layout(cfg.devices, len(outs))
-    if layout.data > 1:
-        spec.check_data_parallel(layout.data)
-        what = f"--devices {cfg.devices} with {spec.name}"
-        check_data_parallel(layout, what, batch_size=batch_size)
+    check_data_parallel(spec, layout, f"--devices {cfg.devices}", batch_size=batch_size)
     shardings = layout.stacked(state)
     state = layout.place(state, shardings)
     data = layout.place(data, layout.sharding())  # the dataset: whole on every device
