@@ -164,7 +164,10 @@ def test_collectives_of_the_compiled_programs(tmp_path):
         extra = sum(u["all_reduce_bytes"]) - u["trained_bytes"]
         assert 0 <= extra <= 256, u
         assert not u["other"], u
-    ppo, members = result["iterations"]
+    ppo, members, sac = result["iterations"]
+    # One seed on 4 devices: its env copies and replay-buffer rows are split over them.
+    assert sac["mesh"] == {"members": 1, "data": 4}
+    assert sac["buffer_spec"] == sac["env_spec"] == "P('members', 'data')", sac
     assert ppo["agent"] == "ppo" and ppo["normalizer"] and ppo["mesh"]["data"] == 4
     big = [b for b in ppo["collectives"]["all-reduce"] if b > 1024]
     small = [b for b in ppo["collectives"]["all-reduce"] if b <= 1024]

@@ -279,7 +279,7 @@ def state_shardings(layout: mesh.Layout, states: FusedState, num_envs: int) -> F
 
     Members over the members axis; env copies and buffer rows over the data axis.
     """
-    rows = None if states.buffer is None else states.buffer.capacity
+    rows = None if states.buffer is None else jax.tree.leaves(states.buffer.data)[0].shape[1]
     split = FusedState(agent=0, buffer=rows, env=num_envs, rng=0, nonfinite=0, plan=num_envs)
     return layout.stacked(states, split)
 
