@@ -12,6 +12,8 @@
 - ``plan``: model-predictive control on the true simulator (``jaxrl plan``), on the harness.
 - ``acting`` / ``evaluation``: how a registry entry acts (policy or planner) and evaluation.
 - ``checkpoint`` / ``logging``: atomic orbax checkpoints; metrics, TensorBoard, JSON, plots.
+- ``mesh``: the device mesh (members x data, ``--devices``), where each array lives, what the
+  host reads back, and which process writes.
 
 May import: ``jaxrl.registry`` and everything below it; never the run layer or above.
 

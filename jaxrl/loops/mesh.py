@@ -7,7 +7,8 @@ Every loop runs on a ``jax.sharding.Mesh`` with two axes (a mesh of one device b
 - ``data``: one member's work split across devices. A JAX env's copies are split across
   devices (``--num-envs`` divides by the axis); the replay buffer's rows are split across
   devices, so each device stores 1/N of them; every minibatch is split across devices
-  (``Layout.rows``), so each device computes the losses and gradients of batch/N rows.
+  (``jaxrl.buffers.split_rows``), so each device computes the losses and gradients of batch/N
+  rows.
 
 The program is the single-device program with shardings on its arrays: XLA's partitioner
 inserts the collectives those shardings imply (the gradient all-reduce where a loss averages

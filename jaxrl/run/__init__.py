@@ -11,6 +11,7 @@ the run's members (seeds x settings) as one program where it can.
 - ``members`` / ``fields`` / ``programs``: members of seeds x settings, which config fields a
   vmapped program can vary, and the vmapped programs themselves.
 - ``collect``: datasets rolled out from trained runs.
+- ``devices``: joining several processes (hosts) with ``jax.distributed``.
 - ``recipe``: D4RL's datasets in one call: train the SAC expert, pick the medium point, write
   the files and a manifest (``jaxrl dataset recipe``).
 - ``commands``: evaluating a saved run.
