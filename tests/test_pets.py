@@ -578,9 +578,12 @@ def test_pets_learns_jax_pendulum_in_the_fused_loop(tmp_path, capsys, record_pro
     record_property("value", summary["final_eval_return_mean"])
     record_property("threshold", -300)
     assert summary["final_eval_return_mean"] >= -300, summary
-    # `jaxrl eval` restores the planner's run directory and plans through its own episode.
+    # `jaxrl eval` restores the planner's run directory and plans through its own episodes
+    # (in parallel, so 10 cost about what 1 does). One episode alone is no test: on another
+    # machine seed 3's single episode failed to swing up (-1500) with a 10-episode mean of -155,
+    # at this commit and before it.
     capsys.readouterr()
-    main(["eval", out, "--episodes", "1"])
+    main(["eval", out, "--episodes", "10"])
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["agent"] == "pets" and result["step"] == 600 and result["episodes"] == 1
-    assert np.isfinite(result["return_mean"]) and result["return_mean"] > -1000, result
+    assert result["agent"] == "pets" and result["step"] == 600 and result["episodes"] == 10
+    assert np.isfinite(result["return_mean"]) and result["return_mean"] > -600, result
