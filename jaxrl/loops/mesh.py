@@ -167,10 +167,6 @@ class Layout:
 
         return jax.tree.map(put, tree, shardings)
 
-    def replicated(self) -> NamedSharding:
-        """Whole on every device (what the host reads back: metrics, evaluation returns)."""
-        return self.sharding()
-
 
 def member(tree: Any, i: int) -> Any:
     """Member ``i`` of a state with a leading member axis, where its devices hold it.
