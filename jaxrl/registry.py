@@ -288,6 +288,9 @@ _builtin(
     **_offline,
 )
 _builtin("fql", "offline", "offline.fql:FQL:FQLConfig", **_offline)
+_builtin("prdc", "offline", "offline.prdc:PRDC:PRDCConfig", **_offline)
+_builtin("a2pr", "offline", "offline.a2pr:A2PR:A2PRConfig", **_offline)
+_builtin("famo2o", "offline", "offline.famo2o:FamO2O:FamO2OConfig", horizon_field="max_steps", **_offline)
 _builtin(
     "tdmpc2",
     "planner",

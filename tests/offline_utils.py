@@ -79,7 +79,9 @@ def _cache_dir() -> str:
     The name hashes this file and every module of ``jaxrl`` (the data depends on SAC, the
     networks, the fused loop, the env, the collector and the dataset I/O, and a checkpoint
     written by other code may not even load), and ends with the seed; changing any of them
-    regenerates the data (~1-2 min).
+    regenerates the data (~1-2 min). ``JAXRL_TEST_DATA_TAG``, when set, replaces the hash: while
+    an agent is being written (its module changes at every edit, the data code does not), the
+    data of one tag are reused; leave it unset to check a finished tree.
     """
     import glob
     import hashlib
@@ -91,7 +93,8 @@ def _cache_dir() -> str:
     digest = hashlib.sha256()
     for f in sources:
         digest.update(os.path.relpath(f, root).encode() + b"\0" + open(f, "rb").read())
-    name = f"jaxrl-test-data-{digest.hexdigest()[:12]}-seed{learning_seed()}"
+    tag = os.environ.get("JAXRL_TEST_DATA_TAG") or digest.hexdigest()[:12]
+    name = f"jaxrl-test-data-{tag}-seed{learning_seed()}"
     path = os.path.join(tempfile.gettempdir(), name)
     os.makedirs(path, exist_ok=True)
     return path
