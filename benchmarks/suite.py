@@ -126,9 +126,12 @@ OFFLINE_STEPS = {
     "idql": 50_000,
     "diffusion-ql": 30_000,
     "cql": 20_000,
+    "prdc": 100_000,
+    "a2pr": 100_000,
+    "famo2o": 100_000,
 }
 OFFLINE_TASKS = (("hopper-medium", "Hopper-v5"), ("halfcheetah-medium-replay", "HalfCheetah-v5"))
-D3RLPY = ("bc", "td3-bc", "cql", "iql")
+D3RLPY = ("bc", "td3-bc", "cql", "iql", "prdc")
 O2O_OFFLINE, O2O_ONLINE = 20_000, 25_000
 PPO_TASKS = {"brax:inverted_pendulum": 1_000_000, "brax:hopper": 3_000_000}
 PETS_STEPS = 5_000
@@ -199,7 +202,7 @@ def full_suite() -> list[Run]:
     data, need = _dataset_path("hopper-medium-replay"), (datasets["Hopper-v5"].name,)
     phases = ("--offline-steps", str(O2O_OFFLINE), "--online-steps", str(O2O_ONLINE))
     o2o = {"rlpd": ("--total-steps", str(O2O_ONLINE)), "cal-ql": phases, "iql": phases,
-           "sac": ("--offline-steps", "0", "--online-steps", str(O2O_ONLINE))}
+           "famo2o": phases, "sac": ("--offline-steps", "0", "--online-steps", str(O2O_ONLINE))}
     for agent, extra in o2o.items():
         runs += cell("o2o", "hopper-medium-replay", "jaxrl", agent, O2O_ONLINE, "online env steps",
                      lambda s, a=agent, x=extra: _train(a, "Hopper-v5", s, O2O_ONLINE, 2_500,

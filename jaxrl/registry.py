@@ -48,6 +48,11 @@ class AgentSpec:
             unset; None when the agent has no schedule.
         data_norm: the agent carries dataset statistics (``norm``: observation and reward
             normalization) that are set from the dataset before training.
+        dataset_rows: the agent keeps the dataset's rows on the device (``rows``, a
+            ``jaxrl.offline.common.DatasetRows``: observations normalized as the agent sees
+            them, actions in ``[-1, 1]``) for a search inside its update (PRDC's nearest row).
+            The loops set them from the dataset after ``norm``, for every member; they are
+            part of the agent's state and so of its checkpoints.
         env_obs_norm: the config's ``normalize_observations`` means a running-statistics
             observation wrapper on the training envs (PPO); otherwise it is the agent's own
             business (dataset statistics) and the envs are never wrapped for it.
@@ -86,6 +91,7 @@ class AgentSpec:
     needs_mc_return: bool = False
     horizon_field: str | None = None
     data_norm: bool = False
+    dataset_rows: bool = False
     env_obs_norm: bool = False
     sequence_field: str | None = None
     burst_at_start: bool = False
@@ -288,9 +294,11 @@ _builtin(
     **_offline,
 )
 _builtin("fql", "offline", "offline.fql:FQL:FQLConfig", **_offline)
-_builtin("prdc", "offline", "offline.prdc:PRDC:PRDCConfig", **_offline)
+_builtin("prdc", "offline", "offline.prdc:PRDC:PRDCConfig", dataset_rows=True, **_offline)
 _builtin("a2pr", "offline", "offline.a2pr:A2PR:A2PRConfig", **_offline)
-_builtin("famo2o", "offline", "offline.famo2o:FamO2O:FamO2OConfig", horizon_field="max_steps", **_offline)
+_builtin(
+    "famo2o", "offline", "offline.famo2o:FamO2O:FamO2OConfig", horizon_field="max_steps", **_offline
+)
 _builtin(
     "tdmpc2",
     "planner",

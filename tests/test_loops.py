@@ -144,6 +144,29 @@ def test_loops_and_cli_do_not_probe_agents():
             assert f'== "{name}"' not in source and f"== '{name}'" not in source, (path, name)
 
 
+# Agents added as one file plus one registry line and nothing else: no loop, command, run-setup,
+# tuner, exporter or script file may name them (any case, as a word).
+ONE_FILE_AGENTS = ("prdc", "a2pr", "famo2o")
+
+
+def test_one_file_agents_are_named_only_by_their_file_and_the_registry():
+    places = [os.path.join(ROOT, "jaxrl", d) for d in ("loops", "run", "cli", "tune", "export")]
+    places.append(os.path.join(ROOT, "scripts"))
+    pattern = re.compile(r"\b(" + "|".join(ONE_FILE_AGENTS) + r")\b", re.IGNORECASE)
+    checked = 0
+    for place in places:
+        for folder, _, files in os.walk(place):
+            for f in files:
+                if f.endswith(".py"):
+                    with open(os.path.join(folder, f)) as fh:
+                        found = pattern.findall(fh.read())
+                    assert not found, (os.path.join(folder, f), found)
+                    checked += 1
+    assert checked > 30  # the walk saw the package
+    for name in ONE_FILE_AGENTS:
+        assert registry.get(name).kind == "offline"  # they are registered, so the check matters
+
+
 @pytest.mark.parametrize("name", registry.names("offline"))
 def test_train_offline_script_takes_every_offline_agent(name, capsys):
     script = runpy.run_path(os.path.join(ROOT, "scripts", "train_offline.py"))

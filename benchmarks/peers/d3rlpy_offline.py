@@ -1,4 +1,4 @@
-"""Measure d3rlpy's offline-RL update speed (BC, TD3+BC, CQL, IQL, ReBRAC) on a D4RL HDF5 file.
+"""Measure d3rlpy's offline-RL update speed (BC, TD3+BC, CQL, IQL, ReBRAC, PRDC) on D4RL HDF5.
 
 Run inside the peer virtualenv created by ``setup_peers.sh`` (``make peers``)::
 
@@ -44,7 +44,7 @@ from d3rlpy.optimizers import AdamFactory
 from d3rlpy.optimizers.lr_schedulers import CosineAnnealingLRFactory
 from d3rlpy.preprocessing import ReturnBasedRewardScaler, StandardObservationScaler
 
-AGENTS = ("bc", "td3-bc", "cql", "iql", "rebrac")
+AGENTS = ("bc", "td3-bc", "cql", "iql", "rebrac", "prdc")
 STAND_INS = ("sac",)  # online agents on the same data, to validate the harness
 
 # Paper defaults in jaxrl's field names, used when no --configs are given (standalone runs).
@@ -97,6 +97,18 @@ PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
         "actor_bc_coef": 0.01,
         "critic_bc_coef": 0.001,
         "batch_size": 1024,
+    },
+    "prdc": {
+        **_COMMON,
+        "actor_lr": 3e-4,
+        "critic_lr": 3e-4,
+        "hidden_dims": [256, 256],
+        "policy_noise": 0.2,
+        "noise_clip": 0.5,
+        "policy_delay": 2,
+        "alpha": 2.5,
+        "beta": 2.0,
+        "normalize_observations": True,
     },
     "sac": {
         **_COMMON,
@@ -219,6 +231,20 @@ def make_config(name: str, cfg: dict[str, Any]) -> tuple[Any, list[str]]:
             f.expect("actor_q", "min", "min over critics in the actor loss")
             f.expect("bc_reduction", "sum", "sum over action dims")
             config = d3rlpy.algos.ReBRACConfig(**kw)
+    elif name == "prdc":
+        kw = _common(f)
+        kw.update(
+            actor_learning_rate=float(f.get("actor_lr", default=3e-4)),
+            critic_learning_rate=float(f.get("critic_lr", default=3e-4)),
+            target_smoothing_sigma=float(f.get("policy_noise", default=0.2)),
+            target_smoothing_clip=float(f.get("noise_clip", default=0.5)),
+            update_actor_interval=int(f.get("policy_delay", default=2)),
+            alpha=float(f.get("alpha", default=2.5)),
+            beta=float(f.get("beta", default=2.0)),
+        )
+        # How jaxrl's exact search walks the rows; d3rlpy's scikit-learn search is exact too.
+        f.used.add("chunk_size")
+        config = d3rlpy.algos.PRDCConfig(**kw)
     elif name == "cql":
         kw = _common(f)
         lagrange = bool(f.get("lagrange", default=False))
@@ -310,6 +336,29 @@ def load_dataset(path: str) -> d3rlpy.dataset.MDPDataset:
     )
 
 
+def fit_neighbours(algo: Any, dataset: Any) -> None:
+    """Build PRDC's nearest-neighbour index, as ``d3rlpy.algos.PRDC.fit`` does (others: no-op).
+
+    d3rlpy's PRDC fits its scikit-learn index in ``fit`` only; ``update`` and ``fitter`` (which
+    these scripts call) use it as it is. This builds it from the same rows ``fit`` uses (each
+    episode's ``transition_count`` first rows, observations through the fitted observation
+    scaler, times ``beta``, next to the actions), vectorized instead of row by row. Call it
+    after ``build_scalers_with_transition_picker``.
+    """
+    if not isinstance(algo, d3rlpy.algos.PRDC):
+        return
+    eps = dataset.episodes
+    obs = np.concatenate([e.observations[: e.transition_count] for e in eps]).reshape(
+        -1, int(np.prod(eps[0].observations.shape[1:]))
+    )
+    act = np.concatenate([e.actions[: e.transition_count] for e in eps]).reshape(obs.shape[0], -1)
+    if algo.observation_scaler is not None and algo.observation_scaler.built:
+        obs = algo.observation_scaler.transform_numpy(obs)
+    if algo.action_scaler is not None and algo.action_scaler.built:
+        act = algo.action_scaler.transform_numpy(act)
+    algo._nbsr.fit(np.concatenate([obs * algo.config.beta, act], axis=1))
+
+
 def _rate(step: Any, seconds: float) -> tuple[float, int, float]:
     """Call ``step(i)`` until ``seconds`` have passed; (steps/s, steps, elapsed seconds)."""
     n = 0
@@ -329,6 +378,7 @@ def measure(name: str, cfg: dict[str, Any], dataset: Any, args: argparse.Namespa
     algo = config.create(device="cpu")
     build_scalers_with_transition_picker(algo, dataset)
     algo.build_with_dataset(dataset)
+    fit_neighbours(algo, dataset)
     bs = config.batch_size
     pool = [dataset.sample_transition_batch(bs) for _ in range(args.pool)]
     for i in range(args.warmup):

@@ -1,4 +1,4 @@
-"""Offline learning run of d3rlpy (BC, TD3+BC, CQL, IQL) on a D4RL HDF5 file, in a jaxrl run dir.
+"""Offline learning run of d3rlpy (BC, TD3+BC, CQL, IQL, PRDC) on D4RL HDF5, in a jaxrl run dir.
 
 Run inside the peer virtualenv created by ``setup_peers.sh`` (``make peers``)::
 
@@ -22,7 +22,8 @@ or root attributes, else D4RL's references for the env's family (Hopper, HalfChe
 Resume: a directory with ``summary.json`` is finished (printed, exit 0). Otherwise the latest
 checkpoint is loaded with ``load_model``, the gradient-step counter is set to its step, and
 training continues to the same total. The scalers (observation/reward normalization) are not in
-d3rlpy's model file; they are fitted again from the same dataset, which gives the same values.
+d3rlpy's model file; they are fitted again from the same dataset, which gives the same values,
+and so is PRDC's nearest-neighbour index (``d3rlpy_offline.fit_neighbours``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import structlog
 import torch
 from d3rlpy.algos.utility import build_scalers_with_transition_picker
 from d3rlpy.logging import NoopAdapterFactory
-from d3rlpy_offline import AGENTS, PAPER_DEFAULTS, load_dataset, make_config
+from d3rlpy_offline import AGENTS, PAPER_DEFAULTS, fit_neighbours, load_dataset, make_config
 
 
 def dataset_refs(path: str, env_id: str) -> tuple[tuple[float, float] | None, str]:
@@ -150,6 +151,7 @@ def main() -> None:
     algo = d3_config.create(device="cpu")
     build_scalers_with_transition_picker(algo, dataset)
     algo.build_with_dataset(dataset)
+    fit_neighbours(algo, dataset)  # PRDC's index (``fitter`` does not build it; ``fit`` would)
     meta = run.checkpoint()
     step = 0
     if meta is not None:

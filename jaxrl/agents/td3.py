@@ -67,10 +67,13 @@ def delayed_policy_update(
     critic_loss_fn: Callable,
     actor_loss_fn: Callable,
     actor_info_keys: tuple[str, ...],
+    between: Callable | None = None,
 ) -> tuple[Any, InfoDict]:
-    """TD3's update schedule, shared by TD3 and TD3+BC/ReBRAC (Fujimoto et al., 2018, sec. 5.2).
+    """TD3's update schedule, shared by TD3, TD3+BC/ReBRAC and A2PR (Fujimoto et al., 2018, 5.2).
 
-    A critic step on ``critic_loss_fn(params, agent, batch, key)`` every call; every
+    A critic step on ``critic_loss_fn(params, agent, batch, key)`` every call, then
+    ``between(agent, batch, key) -> (agent, info)`` when given (steps of other networks that read
+    the new critics, with the critic step's ``key``: A2PR's value and VAE); every
     ``config.policy_delay`` calls an actor step on ``actor_loss_fn(params, agent, batch)``
     followed by the Polyak update of both target networks. On calls without an actor step the
     ``actor_info_keys`` are reported as NaN (so scanned infos keep one structure).
@@ -81,6 +84,9 @@ def delayed_policy_update(
     rng, key = jax.random.split(agent.rng)
     critic, info = nets.gradient_step(agent.critic, critic_loss_fn, agent, batch, key)
     agent = agent.replace(rng=rng, critic=critic)
+    if between is not None:
+        agent, between_info = between(agent, batch, key)
+        info = {**info, **between_info}
 
     def delayed(agent: Any) -> tuple[Any, InfoDict]:
         actor, actor_info = nets.gradient_step(agent.actor, actor_loss_fn, agent, batch)

@@ -13,7 +13,7 @@ from jaxrl.buffers import BufferState
 from jaxrl.data.dataset import Dataset
 from jaxrl.data.loading import load_dataset
 from jaxrl.errors import DatasetError
-from jaxrl.offline.common import data_norm
+from jaxrl.offline.common import data_norm, dataset_rows
 from jaxrl.registry import AgentSpec
 
 
@@ -23,12 +23,15 @@ class OfflineSetup:
 
     Attributes:
         spec: the agent's registry entry.
-        agent: the created agent with its dataset statistics (``norm``) set.
+        agent: the created agent with its dataset statistics (``norm``, and ``rows`` for
+            ``dataset_rows`` agents) set.
         data: the dataset as a device buffer (actions in ``[-1, 1]``).
         eval_env: evaluation env (``eval_episodes`` copies; Gymnasium or JAX).
         dataset: the loaded dataset (scores: ``dataset.normalized_score``).
         train_config: the loop config with ``env`` resolved.
         agent_config: the agent config (its schedule horizon resolved when unset).
+        action_low: the env's lower action bounds (the dataset's actions map to ``[-1, 1]``).
+        action_high: the env's upper action bounds.
     """
 
     spec: AgentSpec
@@ -38,6 +41,8 @@ class OfflineSetup:
     dataset: Dataset
     train_config: Any
     agent_config: Any
+    action_low: Any = -1.0
+    action_high: Any = 1.0
 
     def run_config_extras(self) -> dict[str, Any]:
         """What ``config.json`` records about the dataset (``jaxrl eval`` scores with it)."""
@@ -111,7 +116,7 @@ def setup_offline(
     except BaseException:
         close_envs(eval_env)  # the caller closes it once it has the setup
         raise
-    return OfflineSetup(spec, agent, data, eval_env, dataset, train_config, agent_config)
+    return OfflineSetup(spec, agent, data, eval_env, dataset, train_config, agent_config, low, high)
 
 
 def check_batch_fits(spec: AgentSpec, agent_config: Any, dataset: Dataset) -> None:
@@ -145,21 +150,31 @@ def _recorded(out: str | None, field: str) -> Any:
         return json.load(f).get("agent_config", {}).get(field)
 
 
-def with_data_norm(spec: AgentSpec, agent: Any, dataset: Any) -> Any:
-    """``agent`` with its dataset statistics set (``spec.data_norm`` agents; others unchanged)."""
+def with_data_norm(
+    spec: AgentSpec, agent: Any, dataset: Any, action_low: Any = -1.0, action_high: Any = 1.0
+) -> Any:
+    """``agent`` with what it keeps of the dataset set from ``dataset`` (others unchanged).
+
+    ``spec.data_norm`` agents get the dataset's statistics (``norm``); ``spec.dataset_rows``
+    agents then get its rows (``rows``): observations normalized with those statistics, actions
+    mapped to ``[-1, 1]`` with the env's bounds ``action_low`` / ``action_high``.
+    """
     if spec.data_norm:
-        return agent.replace(norm=data_norm(dataset, agent.config))
+        agent = agent.replace(norm=data_norm(dataset, agent.config))
+    if spec.dataset_rows:
+        agent = agent.replace(rows=dataset_rows(dataset, agent.norm, action_low, action_high))
     return agent
 
 
 def prepare_offline(
     spec: AgentSpec, agent: Any, dataset: Any, action_low: Any = -1.0, action_high: Any = 1.0
 ) -> tuple[Any, BufferState]:
-    """Set the agent's dataset statistics and put the dataset in a device buffer.
+    """Set the agent's dataset statistics (and rows) and put the dataset in a device buffer.
 
     Args:
         spec: the agent's registry entry: ``data_norm`` agents get the dataset's statistics
-            (online agents trained on data, e.g. RLPD, are returned unchanged); the buffer
+            and ``dataset_rows`` agents its rows (``with_data_norm``; online agents trained on
+            data, e.g. RLPD, are returned unchanged); the buffer
             carries ``next_action`` for ``needs_next_action`` (ReBRAC) and ``mc_return`` for
             ``needs_mc_return`` (Cal-QL).
         agent: the freshly created agent.
@@ -167,6 +182,6 @@ def prepare_offline(
         action_low: the env's lower action bounds (the buffer holds actions in ``[-1, 1]``).
         action_high: the env's upper action bounds.
     """
-    agent = with_data_norm(spec, agent, dataset)
+    agent = with_data_norm(spec, agent, dataset, action_low, action_high)
     discount = float(agent.config.discount) if spec.needs_mc_return else None
     return agent, dataset.buffer(action_low, action_high, spec.needs_next_action, discount)

@@ -110,7 +110,8 @@ def _run_offline(spec: AgentSpec, program: Program, s: Any) -> list[dict[str, An
     act = np.zeros(s.dataset.action_dim, np.float32)
 
     def make(c: Any, seed: int) -> Any:
-        return with_data_norm(spec, spec.agent.create(c, obs, act, seed), s.dataset)
+        agent = spec.agent.create(c, obs, act, seed)
+        return with_data_norm(spec, agent, s.dataset, s.action_low, s.action_high)
 
     agents = member_agents(spec, program, make)
     outs = [m.out for m in program.members]

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl.errors import ConfigError
+from jaxrl.errors import CheckpointError, ConfigError
 from jaxrl.registry import AgentSpec
 
 
@@ -162,7 +162,10 @@ def online_agent(
     cfg = online_config(spec, agent_cfg, train_cfg)
     if cfg == agent_cfg:
         return agent
-    return carry_over(spec.agent.create(cfg, obs, act, 0), agent)
+    fresh = spec.agent.create(cfg, obs, act, 0)
+    if spec.dataset_rows:  # the dataset's rows, not create's placeholder (same shapes)
+        fresh = fresh.replace(rows=agent.rows)
+    return carry_over(fresh, agent)
 
 
 def _tuples(d: dict[str, Any]) -> dict[str, Any]:
@@ -266,7 +269,7 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
 
         with closing(make_env(env_id, 1)) as env:
             obs, act = env.obs_example, env.action_example
-    agent = spec.agent.create(agent_cfg, obs, act, seed)
+    agent = _with_recorded_rows(spec, spec.agent.create(agent_cfg, obs, act, seed), config)
     if phase == "offline":
         template = OfflineState(agent, jax.random.key(0))
     else:
@@ -276,6 +279,28 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
         template = init_loop_state(spec, agent, _Dims(obs, act, train_cfg.num_envs or 1))
     state, meta = ckpt.restore(strongly_typed(template), step)
     return LoadedRun(run_dir, config, agent_cfg, train_cfg, state.agent, state, meta)
+
+
+def _with_recorded_rows(spec: AgentSpec, agent: Any, run_config: dict[str, Any]) -> Any:
+    """``agent`` (fresh) shaped like the run's checkpoints: a template to restore them into.
+
+    A ``spec.dataset_rows`` agent's checkpoints hold the dataset's rows, whose number
+    ``config.json`` records (``dataset_info.transitions``); the template gets that many zero
+    rows, which the restore overwrites. Other agents are returned unchanged.
+    """
+    if not spec.dataset_rows:
+        return agent
+    from jaxrl.offline.common import DatasetRows
+
+    info = run_config.get("dataset_info") or {}
+    if "transitions" not in info:
+        raise CheckpointError(
+            f"{spec.name} keeps its dataset's rows in its checkpoints, but config.json records "
+            "no dataset_info.transitions to size them; load the run with the jaxrl version "
+            "that wrote it."
+        )
+    obs_dim, act_dim = agent.rows.obs.shape[-1], agent.rows.action.shape[-1]
+    return agent.replace(rows=DatasetRows.zeros(int(info["transitions"]), obs_dim, act_dim))
 
 
 @dataclasses.dataclass
