@@ -307,8 +307,10 @@ def test_train_help_documents_every_field(capsys, monkeypatch):
 
 @pytest.mark.slow
 def test_learns_pendulum_beyond_the_medium_behavior_policy(record_property):
-    # TD3+BC's test-size settings (tests/test_offline_td3_bc.py): 256x256 networks, learning
-    # rates 1e-3, batch 128, tau 0.02 so that Q-values propagate within 3k updates; alpha 2.5.
+    # Test-size settings: learning rates 1e-3, batch 128, tau 0.02 so that Q-values propagate
+    # within 2k updates (as TD3+BC's test); alpha 2.5; three hidden layers of 128 (on this task
+    # depth counts: with 256x256 the agents on seed 2's data scored -478/-663/-746 after 3k
+    # updates, with 3x128 -500/-483/-402 after 2k, as A2PR's test found for its critics).
     # beta 50, not the paper's 2: beta trades a state's distance against an action's, and how
     # far apart the dataset's states are depends on the data. Pendulum's normalized states lie
     # on a 2-D surface (angle, velocity) densely covered by 20k rows (neighbours ~0.04 apart),
@@ -316,18 +318,17 @@ def test_learns_pendulum_beyond_the_medium_behavior_policy(record_property):
     # action near pi(s): the constraint all but vanishes and the critic's errors take over
     # (three agents: -1016 on seed 0's data, below the behavior's -674). beta 10 gave -536,
     # beta 50 -255 (two agents each). In hopper's 11-D states rows are far apart, and beta 2
-    # constrains. Three agents (vmapped), their mean return against a threshold 20% of the
-    # way from the behavior return to the expert's. Seeds 0-4 here (data seed: behavior ->
-    # agents' mean, threshold): 0: -674 -> -254 (-567), 1: -741 -> -169 (-625), 2: -799 ->
-    # -629 (-667), 3: -734 -> -161 (-618), 4: -595 -> -386 (-506). Seed 2's data is the hard one
-    # (TD3+BC's test: -547 there); its agents spread -478/-663/-746, hence 20% and not 30%.
+    # constrains. Three agents (vmapped), their mean return against a threshold 30% of the
+    # way from the behavior return to the expert's, as TD3+BC's. Seeds 0-4 here (data seed:
+    # behavior -> agents' mean (threshold)): 0: -674 -> -378 (-514), 1: -741 -> -142 (-566),
+    # 2: -799 -> -462 (-600), 3: -734 -> -184 (-560), 4: -595 -> -310 (-461).
     from offline_seeds import members, train_and_evaluate
     from offline_utils import behavior_return, pendulum_dataset
 
     from jaxrl.offline.common import data_norm
 
     cfg = PRDCConfig(
-        tau=0.02, hidden_dims=(256, 256), actor_lr=1e-3, critic_lr=1e-3, batch_size=128, beta=50.0
+        tau=0.02, hidden_dims=(128,) * 3, actor_lr=1e-3, critic_lr=1e-3, batch_size=128, beta=50.0
     )
     dataset = pendulum_dataset("medium")
     data = dataset.transitions(-2.0, 2.0)
@@ -337,9 +338,9 @@ def test_learns_pendulum_beyond_the_medium_behavior_policy(record_property):
     def create(seed):
         return PRDC.create(cfg, jnp.zeros(3), jnp.zeros(1), seed).replace(norm=norm, rows=rows)
 
-    ret, returns = train_and_evaluate(create, data, 3000, episodes=10)
+    ret, returns = train_and_evaluate(create, data, 2000, episodes=10)
     medium, expert = behavior_return("medium"), behavior_return("expert")  # ~ -700 and -145
-    threshold = medium + 0.2 * (expert - medium)
+    threshold = medium + 0.3 * (expert - medium)
     record_property("value", ret)
     record_property("threshold", threshold)
     record_property("members", members(returns))
