@@ -47,6 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl import registry
 from jaxrl.buffers import buffer_sample
 from jaxrl.data import Dataset, load_d4rl, save_d4rl
 
@@ -55,7 +56,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.environ.get("JAXRL_REFERENCE_DATASET", "")
 PEER_PYTHON = os.path.join(ROOT, ".venv-peers", "bin", "python")
 PEER_SCRIPT = os.path.join(ROOT, "benchmarks", "peers", "d3rlpy_offline.py")
-AGENTS = ("bc", "td3-bc", "cql", "iql", "rebrac")
+AGENTS = ("bc", "td3-bc", "cql", "iql", "rebrac", "prdc")
 OBS, ACT = 17, 6
 # Settings shown in the table when an agent's config has them.
 SHOWN = (
@@ -137,14 +138,27 @@ def _nice(x: float) -> int:
 
 
 def jaxrl_rate(
-    agent_cls: type, cfg: Any, data: Dataset, seconds: float, max_k: int, call_s: float = 0.5
+    agent_cls: type,
+    cfg: Any,
+    data: Dataset,
+    seconds: float,
+    max_k: int,
+    call_s: float = 0.5,
+    spec: Any = None,
 ) -> dict:
-    """Updates/s of the fused offline update of ``agent_cls`` at config ``cfg``."""
+    """Updates/s of the fused offline update of ``agent_cls`` at config ``cfg``.
+
+    ``spec`` (the registry entry) sets what an offline run sets from the data before training.
+    """
     bs = int(cfg.batch_size)
     buf = data.buffer(with_next_action=bool(getattr(cfg, "needs_next_action", False)))
     obs0 = jnp.asarray(data.observations[0])
     act0 = jnp.asarray(data.actions[0])
     agent = agent_cls.create(cfg, obs0, act0, 0)
+    if spec is not None:  # what an offline run sets from the data (PRDC: the rows it searches)
+        from jaxrl.run.offline import with_data_norm
+
+        agent = with_data_norm(spec, agent, data)
     rng = jax.random.key(1)
     gflop = update_gflop(agent, buf, bs)
 
@@ -288,7 +302,8 @@ def main() -> None:
             for name in names:
                 agent_cls, config_cls, _ = resolve(name)
                 cfg = config_cls()
-                j = jaxrl_rate(agent_cls, cfg, data, args.seconds, args.max_k)
+                spec = registry.get(name) if name in AGENTS else None
+                j = jaxrl_rate(agent_cls, cfg, data, args.seconds, args.max_k, spec=spec)
                 runs[name]["jaxrl"].append(j)
                 print(
                     f"[{r + 1}/{args.rounds}] jaxrl {name}: {j['updates_per_s']:.1f} updates/s "
