@@ -351,6 +351,8 @@ def main() -> None:
         },
         "data": source,
         "rows": len(data),
+        "obs_dim": data.obs_dim,
+        "action_dim": data.action_dim,
         "seconds": args.seconds,
         "rounds": args.rounds,
         "results": rows,
@@ -418,7 +420,8 @@ def write_tables(res: dict, out: str | None) -> None:
         "# Offline RL: updates/s, jaxrl vs d3rlpy",
         "",
         f"Machine: {m['cpus']} CPUs, {m['device']}, jax {m['jax']}{peer}. Data: {res['data']} "
-        f"({res['rows']:,} rows, obs 17, act 6). Each figure is timed over >= {res['seconds']:g} s "
+        f"({res['rows']:,} rows, obs {res.get('obs_dim', 17)}, act {res.get('action_dim', 6)}). "
+        f"Each figure is timed over >= {res['seconds']:g} s "
         "after compilation / setup, all in one run"
         + (
             f"; medians of {res['rounds']} rounds alternating jaxrl and d3rlpy."
