@@ -61,6 +61,15 @@ def actor_loss(actor_params: Params, agent: TD3, batch: Batch) -> tuple[jax.Arra
     return loss, {"actor/loss": loss}
 
 
+def exploration_actions(actions: jax.Array, std: jax.Array, rng: jax.Array) -> jax.Array:
+    """``actions`` plus Gaussian noise of scale ``std``, clipped to [-1, 1] (TD3's exploration).
+
+    Shared by TD3 and the deterministic offline actors that fine-tune online (TD3+BC, ReBRAC,
+    PRDC, A2PR).
+    """
+    return jnp.clip(actions + std * jax.random.normal(rng, actions.shape), -1.0, 1.0)
+
+
 def delayed_policy_update(
     agent: Any,
     batch: Batch,
@@ -129,8 +138,7 @@ class TD3(struct.PyTreeNode):
     def sample_actions(self, obs: jax.Array, rng: jax.Array) -> jax.Array:
         """Deterministic action plus Gaussian exploration noise, clipped to [-1, 1]."""
         actions = self.actor.apply_fn(self.actor.params, obs)
-        noise = self.hparams["exploration_noise"] * jax.random.normal(rng, actions.shape)
-        return jnp.clip(actions + noise, -1.0, 1.0)
+        return exploration_actions(actions, self.hparams["exploration_noise"], rng)
 
     def eval_actions(self, obs: jax.Array) -> jax.Array:
         """Deterministic actions in [-1, 1]."""

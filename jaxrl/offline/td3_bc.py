@@ -126,9 +126,8 @@ class TD3BC(struct.PyTreeNode):
 
     def sample_actions(self, obs: jax.Array, rng: jax.Array) -> jax.Array:
         """Deterministic action plus Gaussian exploration noise, clipped to [-1, 1]."""
-        actions = self.eval_actions(obs)
-        noise = self.hparams["exploration_noise"] * jax.random.normal(rng, actions.shape)
-        return jnp.clip(actions + noise, -1.0, 1.0)
+        noise = self.hparams["exploration_noise"]
+        return td3.exploration_actions(self.eval_actions(obs), noise, rng)
 
     def eval_actions(self, obs: jax.Array) -> jax.Array:
         """Deterministic actions in [-1, 1] for raw (unnormalized) observations."""
