@@ -38,7 +38,8 @@ import numpy as np
 from jaxrl import registry
 from jaxrl.buffers import buffer_add
 from jaxrl.envs import make_jax_env
-from jaxrl.loops.fused import _episode_stats, _off_policy_iteration, init_fused_state, jit_chunk
+from jaxrl.loops.fused import _off_policy_iteration, init_fused_state, jit_chunk
+from jaxrl.loops.fused_metrics import episode_stats as _episode_stats
 from jaxrl.loops.harness import NONFINITE
 from jaxrl.types import Transition
 

@@ -358,10 +358,10 @@ DATASET_CASES = [
         absent="out",
     ),
     Case(
-        "online-phase-on-a-jax-env",
+        "online-rows-need-the-host-loop",
         lambda c: [
             "train",
-            "iql",
+            "rebrac",
             "--dataset",
             _h5(c),
             "--env",
@@ -379,7 +379,7 @@ DATASET_CASES = [
             c.path("out"),
             *QUIET,
         ],
-        ("'jax:pendulum' is a JAX env", "Use the Gymnasium version of the task"),
+        ("rebrac's online rows need the next action", "fine-tune it on the Gymnasium version"),
     ),
     Case(
         "minari-id-not-on-disk",

@@ -16,8 +16,9 @@ and the test sends the SIGKILL:
 - ``save``: a checkpoint has been written to orbax's temporary directory but not renamed into
   place (killed mid-write: the previous checkpoint must be the one that resumes).
 
-Six kills in all: two in the host loop, one each in the fused and offline loops, and two in
-offline-to-online (one per phase's step range). Checkpoints are written every few log points, so
+Seven kills in all: two in the host loop, two in the fused loop (offline, then online on a JAX
+env with the dataset in its minibatches), one in the offline loop and two in offline-to-online
+on a Gymnasium env (one per phase's step range each). Checkpoints are written every few log points, so
 every resume restarts before the kill and has to redo steps; the test checks that each run
 resumed from the newest complete checkpoint. A persistent compilation cache shared by the
 subprocesses keeps each one to a few seconds of CPU after the first of its loop.
@@ -43,8 +44,8 @@ import pytest
 from jaxrl.loops.checkpoint import Checkpointer
 from jaxrl.run.runs import load_run
 
-# 13 subprocesses of `jaxrl train` (4 uninterrupted, 6 killed, 3 resumed to the end): about
-# 150 s of CPU, so 1-3 minutes on 2 cores.
+# 14 subprocesses of `jaxrl train` (4 uninterrupted, 7 killed, 3 resumed to the end): about
+# 160 s of CPU, so 1-3 minutes on 2 cores.
 pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -138,12 +139,13 @@ CASES = {
         300,
         [(1, 150), (150, 300)],
     ),
+    # The fused loop: offline, then online on a JAX env with the dataset as a second buffer.
     "fused": (
-        ["sac", "--env", "jax:pendulum", "--num-envs", "2", "--total-steps", "300",
-         "--learning-starts", "64", "--log-every", "20", "--checkpoint-every", "60",
-         "--eval-every", "150", "--eval-episodes", "2", *TINY],
+        ["iql", "--dataset", "{jax_dataset}", "--num-envs", "2", "--offline-steps", "100",
+         "--online-steps", "200", "--learning-starts", "64", "--log-every", "20",
+         "--checkpoint-every", "60", "--eval-every", "100", "--eval-episodes", "2", *TINY],
         300,
-        [(1, 300)],
+        [(1, 100), (100, 300)],
     ),
     "offline": (
         ["td3-bc", "--dataset", "{dataset}", "--total-steps", "200", "--log-every", "10",
@@ -207,6 +209,17 @@ def dataset(tmp_path_factory):
         ref_returns=(0.0, 1000.0),
     )
     return save_d4rl(ds, tmp_path_factory.mktemp("data") / "pendulum-random.hdf5")
+
+
+@pytest.fixture(scope="module")
+def jax_dataset(tmp_path_factory):
+    """300 random jax:pendulum transitions, collected as `jaxrl dataset collect` does."""
+    from jaxrl.data import save_d4rl
+    from jaxrl.run.collect import rollout_jax
+
+    ds = rollout_jax("jax:pendulum", None, 300, 0)
+    ds.ref_returns = (-1200.0, -150.0)
+    return save_d4rl(ds, tmp_path_factory.mktemp("data") / "jax-pendulum-random.hdf5")
 
 
 def _train(argv, out, env, log, kill=None):
@@ -319,9 +332,12 @@ def _children_cpu() -> float:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_sigkill_and_resume_is_bit_identical(case, tmp_path, child_env, dataset, record_property):
+def test_sigkill_and_resume_is_bit_identical(
+    case, tmp_path, child_env, dataset, jax_dataset, record_property
+):
     template, last_step, _ = CASES[case]
-    argv = [a.replace("{dataset}", dataset) for a in template]
+    files = {"{dataset}": dataset, "{jax_dataset}": jax_dataset}
+    argv = [files.get(a, a) for a in template]
     log = tmp_path / "train.log"
     full, killed = tmp_path / "full", tmp_path / "killed"
     cpu = _children_cpu()

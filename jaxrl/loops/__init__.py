@@ -8,6 +8,7 @@
 - ``host``: Gymnasium envs, one jitted update-and-act call per env step.
 - ``host_state``: what the host loop keeps on the host between env steps (sampler, episodes).
 - ``fused``: JAX envs, acting, simulating, storing and learning as one XLA program per chunk.
+- ``fused_metrics``: what a fused chunk reports, and the metrics rows the host logs from it.
 - ``offline``: gradient steps on a device-resident dataset.
 - ``plan``: model-predictive control on the true simulator (``jaxrl plan``), on the harness.
 - ``acting`` / ``evaluation``: how a registry entry acts (policy or planner) and evaluation.

@@ -28,6 +28,7 @@ from jaxrl.loops.device import (
     update_step,
 )
 from jaxrl.loops.evaluation import evaluate_jax
+from jaxrl.loops.fused_metrics import chunk_metrics, episode_stats, member_rows
 from jaxrl.loops.harness import Harness
 from jaxrl.loops.mesh import host_array
 from jaxrl.registry import AgentSpec, refit_due
@@ -70,20 +71,6 @@ def init_fused_state(spec: AgentSpec, agent_config: Any, env: Any, seed: Any) ->
     return FusedState(agent, buffer, env.reset(k_env), k_loop, jnp.zeros((), jnp.int32), plan)
 
 
-def _episode_stats(env_state: Any) -> tuple[dict[str, jax.Array], jax.Array]:
-    """Sums over the episodes that ended on the last step, and their count.
-
-    Summed: the return, and whatever a wrapper reports per episode in
-    ``info["episode_values"]`` (e.g. the drawn physics of a randomized env,
-    ``jaxrl.envs.privileged.RecordPhysics``); the loop logs their means per log interval.
-    """
-    ended = (env_state.terminated + env_state.truncation) > 0
-    values = {"train/episode_return": env_state.info["episode_return"]}
-    values.update(env_state.info.get("episode_values", {}))
-    sums = {k: jnp.sum(v * ended) for k, v in values.items()}
-    return sums, jnp.sum(ended.astype(jnp.float32))
-
-
 def _off_policy_iteration(
     state: FusedState,
     step: jax.Array,
@@ -95,6 +82,8 @@ def _off_policy_iteration(
     burst: bool,
     on_nonfinite: str = "stop",
     refit_every: int | None = None,
+    prior: BufferState | None = None,
+    prior_ratio: float = 0.0,
 ) -> tuple[FusedState, tuple[Any, ...]]:
     """Act in every env, step, add the transitions, then ``num_updates`` gradient steps.
 
@@ -102,6 +91,9 @@ def _off_policy_iteration(
     with ``burst``, the iteration where learning starts first runs ``learning_starts`` updates.
     ``on_nonfinite``: the NaN guard's mode (``guarded_update``). With ``refit_every`` the
     update is instead one call on the whole buffer when ``refit_due`` (``AgentSpec.refit_field``).
+    With ``prior`` (a dataset's device buffer, shared by every member) each minibatch holds
+    ``round(prior_ratio * batch_size)`` of its rows first, then the replay buffer's, as in the
+    host loop.
     """
     acfg = state.agent.config
     rng, k_act, k_rand = jax.random.split(state.rng, 3)
@@ -128,7 +120,8 @@ def _off_policy_iteration(
             agent, info, bad = guarded_update(agent, buffer, on_nonfinite)
             return agent, rng, {**info, NONFINITE: bad.astype(jnp.int32)}
         sizes = {"num_updates": num, "batch_size": acfg.batch_size, "sequence": sequence}
-        return update_step(agent, rng, buffer, None, **sizes, on_nonfinite=on_nonfinite)
+        mix = {"prior_ratio": prior_ratio}
+        return update_step(agent, rng, buffer, prior, **sizes, **mix, on_nonfinite=on_nonfinite)
 
     def wait(agent: Any, rng: jax.Array) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
         """Before ``learning_starts``: no update, and ``learn``'s metrics as zeros."""
@@ -154,7 +147,7 @@ def _off_policy_iteration(
         updated = refit_due(step + env.num_envs, env.num_envs, acfg.learning_starts, refit_every)
     agent, rng, info = jax.lax.cond(updated, learn, wait, agent, rng)
     new = FusedState(agent, buffer, env_state, rng, bad + info.pop(NONFINITE), plan)
-    return new, (info, updated, *_episode_stats(env_state))
+    return new, (info, updated, *episode_stats(env_state))
 
 
 def _on_policy_iteration(
@@ -164,9 +157,10 @@ def _on_policy_iteration(
     env: Any,
     rollout_length: int,
     on_nonfinite: str = "stop",
+    prior: None = None,
 ) -> tuple[FusedState, tuple[Any, ...]]:
     """Collect ``rollout_length`` steps in every env, then one (guarded) update on that rollout."""
-    del step
+    del step, prior  # on-policy updates learn from their own rollout only
 
     def env_step(carry: tuple[Any, jax.Array], _: Any) -> tuple[Any, Any]:
         env_state, rng = carry
@@ -183,7 +177,7 @@ def _on_policy_iteration(
             truncated=env_state.truncation,
             next_obs=env_state.info["final_obs"],
         )
-        return (env_state, rng), (rollout, _episode_stats(env_state))
+        return (env_state, rng), (rollout, episode_stats(env_state))
 
     (env_state, rng), (rollout, (sums, count)) = jax.lax.scan(
         env_step, (state.env, state.rng), None, length=rollout_length
@@ -195,15 +189,24 @@ def _on_policy_iteration(
 
 
 def _chunk(
-    states: FusedState, step: jax.Array, *, iteration: Any, num_iters: int, steps_per_iter: int
+    states: FusedState,
+    step: jax.Array,
+    prior: BufferState | None = None,
+    *,
+    iteration: Any,
+    num_iters: int,
+    steps_per_iter: int,
 ) -> tuple[FusedState, dict[str, jax.Array]]:
     """``num_iters`` loop iterations of every member (leading axis of ``states``) in one program.
 
-    The replay buffer is written in place (``jit_chunk`` donates ``states``): the scan carries it
-    in one shape throughout, so no iteration copies it (tests/test_fused_copies.py checks the
-    compiled program).
+    ``prior``, a dataset's buffer, is an argument (not a constant folded into the program) that
+    every member reads unbatched. The replay buffer is written in place (``jit_chunk`` donates
+    ``states``): the scan carries it in one shape throughout, so no iteration copies it
+    (tests/test_fused_copies.py checks the compiled program).
     """
     single = jax.tree.leaves(states)[0].shape[0] == 1
+    if prior is not None:
+        iteration = partial(iteration, prior=prior)
     # One member runs unbatched (vmap over a size-1 axis makes XLA emit batched matmuls and
     # scatters that are measurably slower on CPU). The size-1 axis is dropped outside the scan:
     # squeezing and re-adding it inside the loop body let XLA fuse the buffer's one-row write
@@ -225,20 +228,16 @@ def _chunk(
     if single:  # the member axis back, after the scan's iteration axis
         states = jax.tree.map(lambda x: x[None], states)
         outs = jax.tree.map(lambda x: x[:, None], outs)
-    infos, updated, sums, count = outs
-    # The last update's metrics (zeros if none); each member finds its own (equal) index, so
-    # that members on different devices need nothing from each other.
-    last = num_iters - 1 - jnp.argmax(updated[::-1], axis=0)  # [members]
-    at = lambda v: jnp.take_along_axis(v, last.reshape(1, -1, *[1] * (v.ndim - 2)), 0)[0]  # noqa: E731
-    metrics = {k: at(v) for k, v in infos.items()}
-    metrics.update({_SUM + k: v.sum(0) for k, v in sums.items()})
-    metrics["train/episodes"] = count.sum(0)
-    metrics[NONFINITE] = states.nonfinite
-    return states, metrics
+    return states, chunk_metrics(outs, states.nonfinite)
 
 
-def _iteration(spec: AgentSpec, agent_config: Any, env: Any, cfg: TrainConfig) -> tuple:
-    """``(iteration, env steps per iteration, gradient steps per iteration)`` of ``spec``."""
+def _iteration(
+    spec: AgentSpec, agent_config: Any, env: Any, cfg: TrainConfig, prior_ratio: float = 0.0
+) -> tuple:
+    """``(iteration, env steps per iteration, gradient steps per iteration)`` of ``spec``.
+
+    ``prior_ratio``: the share of each minibatch drawn from a dataset passed to the chunk.
+    """
     n, mode = env.num_envs, cfg.on_nonfinite
     if spec.kind == "on-policy":
         rollout_length = agent_config.rollout_length(n)
@@ -259,12 +258,13 @@ def _iteration(spec: AgentSpec, agent_config: Any, env: Any, cfg: TrainConfig) -
         burst=spec.burst_at_start,
         on_nonfinite=mode,
         refit_every=refit_every,
+        prior_ratio=prior_ratio,
     )
     return iteration, n, 0 if refit_every else num_updates
 
 
 def jit_chunk(iteration: Any, num_iters: int, steps_per_iter: int, shardings: Any = None) -> Any:
-    """``(states, step) -> (states, metrics)``: ``num_iters`` iterations as one jitted program.
+    """``(states, step, prior=None) -> (states, metrics)``: ``num_iters`` iterations, one program.
 
     ``states`` is donated: without that, XLA must keep the input buffers intact and the first
     write to the replay buffer copies all of it. ``shardings``: where states live (kept).
@@ -284,35 +284,6 @@ def state_shardings(layout: mesh.Layout, states: FusedState, num_envs: int) -> F
     return layout.stacked(states, split)
 
 
-_SUM = "sum:"
-"""Prefix of the chunk metrics that are sums over ended episodes (``_episode_stats``)."""
-
-
-def _rows(metrics: dict[str, np.ndarray], learned: bool, rate: float) -> list[dict[str, float]]:
-    """One metrics row per member from a chunk's (host) metrics."""
-    rows = []
-    for i in range(len(metrics["train/episodes"])):
-        episodes = metrics["train/episodes"][i]
-        # Off-policy agents report zeros before learning_starts: do not log those as losses.
-        row = {
-            k: float(v[i])
-            for k, v in metrics.items()
-            if learned and not k.startswith((_SUM, "train/episodes"))
-        }
-        row[NONFINITE] = float(metrics[NONFINITE][i])
-        if episodes > 0:  # means over the episodes that ended in the chunk
-            row.update(
-                {
-                    k[len(_SUM) :]: float(v[i] / episodes)
-                    for k, v in metrics.items()
-                    if k.startswith(_SUM)
-                }
-            )
-        row["time/env_steps_per_s"] = rate
-        rows.append(row)
-    return rows
-
-
 def train_fused(
     spec: AgentSpec,
     agent_config: Any,
@@ -323,11 +294,16 @@ def train_fused(
     *,
     seeds: list[int] | None = None,
     agents: Any = None,
+    prior: BufferState | None = None,
+    prior_ratio: float = 0.5,
+    step_offset: int = 0,
+    score_fn: Any = None,
 ) -> list[dict[str, Any]]:
     """Train ``len(outs)`` members on a JAX env, one program per chunk.
 
     Each member writes its own run directory (``outs[i]``), which is also a valid single-seed
-    run: it resumes and evaluates on its own.
+    run: it resumes and evaluates on its own. As in the host loop, ``prior`` (a dataset) joins
+    every minibatch, and ``agents`` with ``step_offset`` continue an offline phase online.
 
     Args:
         spec: the agent's registry entry.
@@ -338,8 +314,12 @@ def train_fused(
         outs: one run directory per member (``config.json`` already written).
         seeds: each member's seed (default ``cfg.seed + i``).
         agents: the members' agents stacked on a leading axis, when they differ in more than
-            their seed (a sweep: ``jaxrl.tune.grid.member_agents``); default: created from
-            ``agent_config`` and the seeds.
+            their seed (a sweep: ``jaxrl.tune.grid.member_agents``) or were pretrained offline;
+            default: created from ``agent_config`` and the seeds.
+        prior: offline data (a full buffer state with the replay buffer's fields), or None.
+        prior_ratio: fraction of each minibatch drawn from ``prior``.
+        step_offset: offline gradient steps that came before (numbering of rows and checkpoints).
+        score_fn: ``return -> normalized score or None`` (e.g. ``Dataset.normalized_score``).
 
     Returns:
         The per-member summaries (also written to ``outs[i]/summary.json``).
@@ -348,9 +328,12 @@ def train_fused(
     batch = {} if spec.kind == "on-policy" else {"batch_size": agent_config.batch_size}
     what = f"--devices {cfg.devices} on {cfg.env}"
     mesh.check_data_parallel(spec, layout, what, num_envs=env.num_envs, **batch)
-    iteration, unit, updates_per_iter = _iteration(spec, agent_config, env, cfg)
+    ratio = prior_ratio if prior is not None else 0.0
+    iteration, unit, updates_per_iter = _iteration(spec, agent_config, env, cfg, ratio)
     seeds = list(seeds) if seeds is not None else [cfg.seed + i for i in range(len(outs))]
-    h = Harness(spec.name, cfg, outs, stacked=True, seeds=seeds)
+    h = Harness(
+        spec.name, cfg, outs, stacked=True, seeds=seeds, step_offset=step_offset, score_fn=score_fn
+    )
     seed_array = jnp.asarray(seeds, dtype=jnp.int32)
     states = jax.jit(jax.vmap(lambda s: init_fused_state(spec, agent_config, env, s)))(seed_array)
     if agents is not None:
@@ -360,6 +343,8 @@ def train_fused(
         return done
     shardings = state_shardings(layout, states, env.num_envs)
     states = layout.place(states, shardings)
+    if prior is not None:  # every device holds the whole dataset
+        prior = layout.place(prior, layout.sharding())
     run_chunk = compile_cache(lambda k: layout.traced(jit_chunk(iteration, k, unit, shardings)))
     policy = acting(spec)
     eval_fn = jax.jit(jax.vmap(lambda a, k, s: evaluate_jax(a, eval_env, k, s, policy)))
@@ -369,7 +354,7 @@ def train_fused(
     with h:
         while h.running():
             iters = h.cadence.chunk(h.step, unit)
-            states, metrics = run_chunk(iters)(states, jnp.int32(h.step))
+            states, metrics = run_chunk(iters)(states, jnp.int32(h.step), prior)
             updates = iters * updates_per_iter
             if (every := spec.refit_every(agent_config)) is not None:
                 ends = range(h.step + unit, h.step + (iters + 1) * unit, unit)
@@ -383,7 +368,7 @@ def train_fused(
             at = h.advance(iters * unit, updates)
             metrics = jax.tree.map(host_array, metrics)
             learned = spec.kind == "on-policy" or h.step - unit >= agent_config.learning_starts
-            rows = _rows(metrics, learned, h.rate())
+            rows = member_rows(metrics, learned, h.rate())
             if at.eval:
                 obs_stats = states.env.extras.get("obs_stats")
                 h.record_eval(mesh.host_array(eval_fn(states.agent, eval_key, obs_stats)), *rows)
@@ -394,7 +379,10 @@ def train_fused(
         h.save_if_stopped(states)
     if jax.process_count() > 1 and layout.members == 1:
         print(f"process {jax.process_index()}: {mesh.replica_checksum(states.agent)}")
-    return h.finish()
+    extra = None
+    if prior is not None or step_offset:
+        extra = {"dataset": cfg.dataset, "offline_steps": step_offset, "online_steps": h.step}
+    return h.finish(extra)
 
 
 __all__ = ["FusedState", "init_fused_state", "train_fused"]

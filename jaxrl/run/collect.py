@@ -20,8 +20,10 @@ import numpy as np
 from jaxrl.data.dataset import Dataset, DatasetError
 from jaxrl.data.scores import reference_returns
 from jaxrl.envs import make_env
-from jaxrl.envs.jax_envs import is_jax_env
-from jaxrl.loops.evaluation import evaluate
+from jaxrl.envs.jax_envs import is_jax_env, make_jax_env
+from jaxrl.loops.acting import POLICY, Acting
+from jaxrl.loops.evaluation import evaluate, evaluate_jax
+from jaxrl.normalization import normalize
 from jaxrl.run.runs import load_run
 
 KINDS = ("random", "medium", "expert", "medium-replay", "medium-expert")
@@ -34,13 +36,18 @@ def _policy(run_dir: str, step: int | None) -> Any:
         raise DatasetError(f"Cannot load the policy {run_dir!r}: {err}") from None
 
 
-def rollout(env_id: str, agent: Any | None, steps: int, seed: int) -> Dataset:
+def rollout(
+    env_id: str, agent: Any | None, steps: int, seed: int, obs_stats: Any = None
+) -> Dataset:
     """``steps`` transitions of one env; ``agent=None`` acts uniformly at random.
 
     Actions are the agent's stochastic ``sample_actions`` (D4RL collected with the stochastic
     policy), stored in the environment's units. The last row is marked as a timeout unless its
-    episode terminated, so no episode runs past the end of the data.
+    episode terminated, so no episode runs past the end of the data. On a JAX env the rollout is
+    one compiled scan (``rollout_jax``).
     """
+    if is_jax_env(env_id):
+        return rollout_jax(env_id, agent, steps, seed, obs_stats)
     with closing(make_env(env_id, 1)) as env:
         low, high = env.action_low, env.action_high
         rng = np.random.default_rng(seed)
@@ -75,6 +82,45 @@ def rollout(env_id: str, agent: Any | None, steps: int, seed: int) -> Dataset:
     )
 
 
+def rollout_jax(
+    env_id: str, agent: Any | None, steps: int, seed: int, obs_stats: Any = None
+) -> Dataset:
+    """``rollout`` on a JAX env: ``steps`` transitions of one copy, as one ``lax.scan``.
+
+    The dataset holds the env's raw observations and its actions (``[-1, 1]``, the JAX envs'
+    units); a policy trained with normalized observations (``obs_stats``, PPO's wrapper) sees
+    them normalized with its training statistics, as in its evaluation.
+    """
+    env = make_jax_env(env_id, 1)
+    k_reset, k_act = jax.random.split(jax.random.key(seed))
+
+    def step(state: Any, t: jax.Array) -> tuple[Any, tuple[jax.Array, ...]]:
+        key = jax.random.fold_in(k_act, t)
+        if agent is None:
+            action = jax.random.uniform(key, (1, env.action_size), minval=-1.0, maxval=1.0)
+        else:
+            seen = state.obs if obs_stats is None else normalize(obs_stats, state.obs)
+            action = jnp.clip(agent.sample_actions(seen, key), -1.0, 1.0)
+        new = env.step(state, action)
+        row = (state.obs, action, new.reward, new.info["final_obs"], new.terminated)
+        return new, (*(x[0] for x in row), new.truncation[0])
+
+    run = jax.jit(lambda state: jax.lax.scan(step, state, jnp.arange(steps))[1])
+    obs, act, rew, nxt, term, trunc = jax.tree.map(np.asarray, run(env.reset(k_reset)))
+    terms, truncs = term > 0.5, trunc > 0.5
+    truncs[-1] = truncs[-1] or not terms[-1]
+    return Dataset(obs, act, rew, nxt, terms, truncs, env_id=env_id)
+
+
+def _action_bounds(env_id: str) -> tuple[np.ndarray, np.ndarray]:
+    """The env's action bounds (a JAX env's are ``[-1, 1]``)."""
+    if is_jax_env(env_id):
+        size = make_jax_env(env_id, 1).action_size
+        return -np.ones(size, np.float32), np.ones(size, np.float32)
+    with closing(make_env(env_id, 1)) as env:
+        return env.action_low, env.action_high
+
+
 def replay_buffer_dataset(run: Any, env_id: str, steps: int | None = None) -> Dataset:
     """The replay buffer of a training run as a dataset, oldest transitions first.
 
@@ -91,8 +137,7 @@ def replay_buffer_dataset(run: Any, env_id: str, steps: int | None = None) -> Da
     n = int(run.train_config.num_envs or (64 if is_jax_env(run.config["env"]) else 1))
     order = order[: len(order) // n * n]
     streams = order.reshape(-1, n).T  # [n, steps]: row indices of each env, oldest first
-    with closing(make_env(env_id, 1)) as env:
-        low, high = env.action_low, env.action_high
+    low, high = _action_bounds(env_id)
     parts = []
     for rows in streams:
         obs, nxt = data.obs[rows], data.next_obs[rows]
@@ -131,8 +176,24 @@ def _head(ds: Dataset, n: int) -> Dataset:
     )
 
 
-def policy_return(env_id: str, agent: Any | None, episodes: int, seed: int) -> float:
-    """Mean return of the deterministic policy, or of uniform random actions (``agent=None``)."""
+def policy_return(
+    env_id: str, agent: Any | None, episodes: int, seed: int, obs_stats: Any = None
+) -> float:
+    """Mean return of the deterministic policy, or of uniform random actions (``agent=None``).
+
+    ``obs_stats``: a JAX-env policy's training observation statistics (frozen), if it has any.
+    """
+    if is_jax_env(env_id):
+        env = make_jax_env(env_id, episodes, normalize_obs=obs_stats is not None)
+        env.update = False
+        policy = POLICY
+        if agent is None:
+            shape = (episodes, env.action_size)
+            uniform = lambda key: jax.random.uniform(key, shape, minval=-1.0, maxval=1.0)  # noqa: E731
+            act = lambda a, c, o, f, k: (uniform(k), c)  # noqa: E731
+            policy = Acting(POLICY.init, act, act)
+        run = jax.jit(lambda a, s: evaluate_jax(a, env, jax.random.key(seed), s, policy))
+        return float(np.mean(np.asarray(run(agent, obs_stats))))
     with closing(make_env(env_id, episodes)) as env:
         act_fn = None
         if agent is None:
@@ -188,23 +249,22 @@ def collect(
         if run is None:
             raise DatasetError("--kind random needs --env.")
         env_id = run.config["env"]
-    if is_jax_env(env_id):
-        raise DatasetError(
-            f"Datasets are collected on Gymnasium envs; {env_id!r} is a JAX env. Pass --env with "
-            "the matching Gymnasium id (e.g. Pendulum-v1 for a policy trained on jax:pendulum)."
-        )
     agent = None if run is None else run.agent
+    stats = None if run is None else run.obs_stats
 
     if kind == "random":
         ds = rollout(env_id, None, steps, seed)
     elif kind in ("medium", "expert"):
-        ds = rollout(env_id, agent, steps, seed)
+        ds = rollout(env_id, agent, steps, seed, stats)
     elif kind == "medium-replay":
         ds = replay_buffer_dataset(run, env_id, steps)
     else:
         medium = _policy(medium_policy, None)
         ds = Dataset.concatenate(
-            [rollout(env_id, medium.agent, steps, seed), rollout(env_id, agent, steps, seed + 1)]
+            [
+                rollout(env_id, medium.agent, steps, seed, medium.obs_stats),
+                rollout(env_id, agent, steps, seed + 1, stats),
+            ]
         )
 
     d4rl = reference_returns(env_id)
@@ -220,8 +280,10 @@ def collect(
         if d4rl is not None:
             ref_max_return, sources["max"] = d4rl[1], "D4RL constant"
         elif expert_dir is not None:
-            expert = agent if expert_dir == policy else _policy(expert_dir, None).agent
-            ref_max_return = policy_return(env_id, expert, ref_episodes, seed + 1000)
+            expert = run if expert_dir == policy else _policy(expert_dir, None)
+            ref_max_return = policy_return(
+                env_id, expert.agent, ref_episodes, seed + 1000, expert.obs_stats
+            )
             sources["max"] = f"deterministic return of {expert_dir}, {ref_episodes} episodes"
         else:
             raise DatasetError(

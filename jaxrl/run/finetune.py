@@ -1,7 +1,9 @@
 """Training with a dataset and an environment: offline-to-online fine-tuning and RLPD.
 
-Both run the shared loops: ``train_offline`` for the offline phase, then ``train_host`` for the
-online phase with the dataset mixed into every minibatch (``--offline-ratio``). Nothing here
+Both run the shared loops: ``train_offline`` for the offline phase, then the online phase with
+the dataset mixed into every minibatch (``--offline-ratio``): ``train_host`` on Gymnasium envs,
+``train_fused`` on JAX envs (the dataset is then a second device buffer inside the compiled
+chunk). Nothing here
 depends on the agent's name: an offline agent's pretrained state (networks, optimizer states,
 data statistics) is the online phase's starting agent, and an online agent (RLPD = SAC with
 RLPD's configuration) simply has no offline phase.
@@ -25,6 +27,7 @@ from contextlib import closing
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxrl import registry
@@ -37,6 +40,7 @@ from jaxrl.loops import (
     prepare_run_dir,
     run_config,
     strongly_typed,
+    train_fused,
     train_host,
     train_offline,
 )
@@ -44,15 +48,22 @@ from jaxrl.loops.checkpoint import Checkpointer
 from jaxrl.loops.evaluation import close_envs
 from jaxrl.registry import AgentSpec
 from jaxrl.run.offline import OfflineSetup, setup_offline
-from jaxrl.run.runs import online_agent, read_config
+from jaxrl.run.runs import jax_num_envs, make_jax_envs, online_agent, read_config
 
 
-def _check_host_env(env_id: str) -> None:
-    if is_jax_env(env_id):
+def check_fused_data(spec: AgentSpec, agent_config: Any) -> None:
+    """Refuse, before any training, what the fused loop cannot give an agent with a dataset."""
+    if spec.needs_next_action or spec.needs_mc_return:
         raise ConfigError(
-            f"Online training with a dataset runs on Gymnasium envs (the host loop); {env_id!r} "
-            "is a JAX env. Use the Gymnasium version of the task (e.g. Pendulum-v1), or train "
-            "offline only (drop --online-steps)."
+            f"{spec.name}'s online rows need the next action or the return-to-go, which only "
+            "the host loop fills in; fine-tune it on the Gymnasium version of the task (e.g. "
+            "Pendulum-v1 for jax:pendulum), or train it offline only (drop --online-steps)."
+        )
+    if spec.sequence_length(agent_config) or spec.refit_every(agent_config):
+        raise ConfigError(
+            f"{spec.name} learns from runs of consecutive steps or refits on its whole buffer; "
+            "the fused loop mixes a dataset into single-row minibatches only. Train it without "
+            "--dataset."
         )
 
 
@@ -60,11 +71,14 @@ def start_run(spec: AgentSpec, agent_cfg: Any, cfg: TrainConfig, out: str) -> Of
     """Load the dataset, create the agent and write ``config.json`` (see ``setup_offline``).
 
     Raises:
-        ValueError: a dataset/env mismatch, or a JAX env (the online phase is the host loop).
+        ValueError: a dataset/env mismatch.
     """
     s = setup_offline(spec, agent_cfg, cfg, out)
     try:
-        _check_host_env(s.train_config.env)
+        if is_jax_env(s.train_config.env):  # the online phase is the fused loop
+            check_fused_data(spec, s.agent_config)
+            num_envs = jax_num_envs(spec, s.train_config.num_envs)
+            s.train_config = dataclasses.replace(s.train_config, num_envs=num_envs)
         config = run_config(spec.name, s.agent_config, s.train_config)
         prepare_run_dir(out, {**config, "dataset_info": s.run_config_extras()})
     except BaseException:
@@ -74,9 +88,10 @@ def start_run(spec: AgentSpec, agent_cfg: Any, cfg: TrainConfig, out: str) -> Of
 
 
 def train_online(s: OfflineSetup, agent: Any, out: str, offline_steps: int = 0) -> dict[str, Any]:
-    """The online phase: ``train_host`` on fresh envs with the dataset in every minibatch.
+    """The online phase with the dataset in every minibatch: the host or the fused loop.
 
-    Its envs and the setup's eval env are closed when it returns or raises.
+    Gymnasium envs train in the host loop, JAX envs in the fused loop. Its envs and the setup's
+    eval env are closed when it returns or raises.
 
     It runs ``--online-steps`` (default ``--total-steps``) env steps; ``--offline-ratio`` of
     each minibatch comes from the dataset. An offline agent continues in its online
@@ -91,27 +106,25 @@ def train_online(s: OfflineSetup, agent: Any, out: str, offline_steps: int = 0) 
     from jaxrl.envs import make_env
 
     cfg = s.train_config
-    online_steps = cfg.online_steps or cfg.total_steps
+    cfg = dataclasses.replace(cfg, total_steps=cfg.online_steps or cfg.total_steps)
     obs = np.zeros(s.dataset.obs_dim, np.float32)
     act = np.zeros(s.dataset.action_dim, np.float32)
     prior = s.data if cfg.offline_ratio > 0 else None
+    mix = {"prior": prior, "prior_ratio": cfg.offline_ratio, "step_offset": offline_steps}
+    score = s.dataset.normalized_score
     try:
         agent = online_agent(s.spec, agent, s.agent_config, cfg, obs, act)
+        if is_jax_env(cfg.env):
+            env, _ = make_jax_envs(cfg.env, cfg.num_envs, 1, agent.config, s.spec)
+            agents = strongly_typed(jax.tree.map(lambda x: jnp.asarray(x)[None], agent))
+            return train_fused(
+                s.spec, agent.config, env, s.eval_env, cfg, [out], agents=agents, score_fn=score,
+                **mix,
+            )[0]  # fmt: skip
         with closing(make_env(cfg.env, cfg.num_envs or 1)) as env:
-            return train_host(
-                s.spec,
-                agent,
-                env,
-                s.eval_env,
-                dataclasses.replace(cfg, total_steps=online_steps),
-                out,
-                prior=prior,
-                prior_ratio=cfg.offline_ratio,
-                step_offset=offline_steps,
-                score_fn=s.dataset.normalized_score,
-            )
+            return train_host(s.spec, agent, env, s.eval_env, cfg, out, score_fn=score, **mix)
     finally:
-        close_envs(s.eval_env)  # a host env: the online phase runs on Gymnasium envs
+        close_envs(s.eval_env)
 
 
 def train_with_data(spec: AgentSpec, agent_cfg: Any, cfg: TrainConfig) -> dict:

@@ -53,9 +53,9 @@ def _prepare(spec: AgentSpec, train_cfg: Any, member: Member, extra: dict | None
 def run_fused(spec: AgentSpec, train_cfg: Any, program: Program) -> list[dict[str, Any]]:
     """Train a program's members on a JAX env as one vmapped fused loop."""
     from jaxrl.loops import train_fused
-    from jaxrl.run.runs import make_jax_envs
+    from jaxrl.run.runs import jax_num_envs, make_jax_envs
 
-    num_envs = train_cfg.num_envs or (1 if spec.kind == "planner" else 64)
+    num_envs = jax_num_envs(spec, train_cfg.num_envs)
     cfg = dataclasses.replace(train_cfg, num_envs=num_envs, num_seeds=1)
     env, eval_env = make_jax_envs(cfg.env, num_envs, cfg.eval_episodes, program.config, spec)
     members = [

@@ -31,6 +31,11 @@ def env_obs_norm(spec: AgentSpec, agent_cfg: Any) -> bool:
     return spec.env_obs_norm and bool(agent_cfg.normalize_observations)
 
 
+def jax_num_envs(spec: AgentSpec, num_envs: int | None) -> int:
+    """``--num-envs`` on a JAX env: as given, else 64 (1 for planners, which plan per env)."""
+    return num_envs or (1 if spec.kind == "planner" else 64)
+
+
 def make_jax_envs(
     env_id: str, num_envs: int, eval_episodes: int, agent_cfg: Any, spec: AgentSpec
 ) -> tuple:
@@ -253,13 +258,8 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
             f"{ckpt.all_steps()} (omit the step for the newest)."
         )
     env_id, seed = config["env"], config["seed"]
-    # Only the offline loop and the host loop write a phase; the fused loop is always online.
+    # Checkpoints without a phase (older runs) hold an offline agent's offline phase.
     phase = ckpt.meta(step).get("phase") or ("offline" if spec.offline else "online")
-    if is_jax_env(env_id) and phase == "online":
-        env, _ = make_jax_envs(env_id, train_cfg.num_envs or 64, 1, agent_cfg, spec)
-        state, meta = ckpt.restore(init_fused_state(spec, agent_cfg, env, seed), step)
-        obs_stats = state.env.extras.get("obs_stats")
-        return LoadedRun(run_dir, config, agent_cfg, train_cfg, state.agent, state, meta, obs_stats)
     if is_jax_env(env_id):
         dims = make_jax_env(env_id, 1)
         obs = jnp.zeros(dims.observation_size, jnp.float32)
@@ -270,15 +270,22 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
         with closing(make_env(env_id, 1)) as env:
             obs, act = env.obs_example, env.action_example
     agent = _with_recorded_rows(spec, spec.agent.create(agent_cfg, obs, act, seed), config)
+    if phase == "online" and spec.offline:  # the online phase of an offline-to-online run
+        agent = online_agent(spec, agent, agent_cfg, train_cfg, obs, act)
+        agent_cfg = agent.config
+    obs_stats = None
     if phase == "offline":
         template = OfflineState(agent, jax.random.key(0))
+    elif is_jax_env(env_id):  # the fused loop's state
+        num_envs = jax_num_envs(spec, train_cfg.num_envs)
+        env, _ = make_jax_envs(env_id, num_envs, 1, agent_cfg, spec)
+        template = init_fused_state(spec, agent_cfg, env, seed).replace(agent=agent)
     else:
-        if spec.offline:  # the online phase of an offline-to-online run
-            agent = online_agent(spec, agent, agent_cfg, train_cfg, obs, act)
-            agent_cfg = agent.config
         template = init_loop_state(spec, agent, _Dims(obs, act, train_cfg.num_envs or 1))
     state, meta = ckpt.restore(strongly_typed(template), step)
-    return LoadedRun(run_dir, config, agent_cfg, train_cfg, state.agent, state, meta)
+    if is_jax_env(env_id) and phase == "online":
+        obs_stats = state.env.extras.get("obs_stats")
+    return LoadedRun(run_dir, config, agent_cfg, train_cfg, state.agent, state, meta, obs_stats)
 
 
 def _with_recorded_rows(spec: AgentSpec, agent: Any, run_config: dict[str, Any]) -> Any:
@@ -314,6 +321,7 @@ class _Dims:
 
 __all__ = [
     "LoadedRun",
+    "jax_num_envs",
     "carry_over",
     "env_obs_norm",
     "load_run",

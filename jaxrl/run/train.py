@@ -151,10 +151,9 @@ def _train_jax(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     import dataclasses as dc
 
     from jaxrl.loops import default_out, prepare_run_dir, run_config, train_fused
-    from jaxrl.run.runs import make_jax_envs
+    from jaxrl.run.runs import jax_num_envs, make_jax_envs
 
-    # Planners plan for each env at every step: one env unless asked.
-    num_envs = train_cfg.num_envs or (1 if spec.kind == "planner" else 64)
+    num_envs = jax_num_envs(spec, train_cfg.num_envs)
     train_cfg = dc.replace(train_cfg, num_envs=num_envs)
     env, eval_env = make_jax_envs(train_cfg.env, num_envs, train_cfg.eval_episodes, agent_cfg, spec)
     agent_cfg = spec.with_actor_observation(agent_cfg, env)

@@ -1,0 +1,128 @@
+"""Prior data in the fused loop: datasets collected on JAX envs, and the minibatch mix.
+
+A dataset on a JAX env (``jaxrl dataset collect --env jax:pendulum``) round-trips through the
+D4RL file; in the fused loop it is a second device buffer, and every minibatch takes
+``--offline-ratio`` of its rows from it inside the compiled chunk, as the host loop does.
+(Resuming across the offline-to-online switch on a JAX env is a case of test_preemption.py;
+the agents the fused loop cannot fine-tune are refused in test_bad_inputs.py.)
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import struct
+
+from jaxrl.buffers import buffer_from_arrays
+from jaxrl.cli import main
+from jaxrl.data import load_dataset
+from jaxrl.loops import TrainConfig, prepare_run_dir, train_fused
+from jaxrl.registry import AgentSpec
+from jaxrl.run.collect import rollout_jax
+from jaxrl.run.runs import make_jax_envs
+from jaxrl.types import Transition
+
+MARK = 5.0  # the dataset's reward: Pendulum's own rewards are never positive
+
+
+@dataclasses.dataclass(frozen=True)
+class _CounterConfig:
+    batch_size: int = 8
+    utd_ratio: int = 1
+    buffer_size: int = 1000
+    learning_starts: int = 10
+
+
+class _Counter(struct.PyTreeNode):
+    """An agent that acts randomly and counts the rows each source gave its minibatches."""
+
+    prior_rows: jax.Array
+    online_rows: jax.Array
+    updates: jax.Array
+    config: _CounterConfig = struct.field(pytree_node=False)
+
+    @classmethod
+    def create(cls, config, obs, act, seed):
+        del obs, act, seed
+        return cls(jnp.int32(0), jnp.int32(0), jnp.int32(0), config)
+
+    def update(self, batch):
+        new = self.replace(
+            prior_rows=self.prior_rows + jnp.sum(batch.reward == MARK),
+            online_rows=self.online_rows + jnp.sum(batch.reward <= 0.0),
+            updates=self.updates + 1,
+        )
+        counts = {"count/prior": new.prior_rows, "count/online": new.online_rows}
+        return new, {**counts, "count/updates": new.updates}
+
+    def sample_actions(self, obs, rng):
+        return jax.random.uniform(rng, (obs.shape[0], 1), minval=-1, maxval=1)
+
+    def eval_actions(self, obs):
+        return jnp.zeros((obs.shape[0], 1))
+
+
+@pytest.mark.parametrize("ratio", [0.25, 0.5])
+def test_fused_loop_mixes_the_dataset_into_every_minibatch_at_the_ratio(tmp_path, ratio):
+    spec = AgentSpec("counter", _Counter, _CounterConfig, "off-policy")
+    config = _CounterConfig()
+    n, steps = 2, 100
+    cfg = TrainConfig(
+        env="jax:pendulum", num_envs=n, total_steps=steps, eval_every=steps, eval_episodes=1,
+        progress=False, tensorboard=False,
+    )  # fmt: skip
+    rows = 300
+    prior = buffer_from_arrays(
+        Transition(
+            jnp.zeros((rows, 3)), jnp.zeros((rows, 1)), jnp.full(rows, MARK), jnp.zeros((rows, 3)),
+            jnp.zeros(rows),
+        )
+    )  # fmt: skip
+    env, eval_env = make_jax_envs("jax:pendulum", n, 1, config, spec)
+    out = str(tmp_path / "run")
+    prepare_run_dir(out, {"agent": "counter"})
+    summary = train_fused(spec, config, env, eval_env, cfg, [out], prior=prior, prior_ratio=ratio)
+    assert summary[0]["completed"] and summary[0]["online_steps"] == steps
+    with open(os.path.join(out, "metrics.csv")) as f:
+        last = list(csv.DictReader(f))[-1]
+    # Updates start at env step 10 (learning_starts): 45 iterations of utd_ratio * n updates.
+    updates = (steps - config.learning_starts) // n * n
+    from_prior = round(ratio * config.batch_size)
+    assert int(float(last["count/updates"])) == updates
+    assert int(float(last["count/prior"])) == updates * from_prior
+    assert int(float(last["count/online"])) == updates * (config.batch_size - from_prior)
+
+
+def test_jax_env_dataset_round_trips_and_rlpd_trains_with_it(tmp_path, capsys):
+    path = str(tmp_path / "random.hdf5")
+    main(["dataset", "collect", "--env", "jax:pendulum", "--kind", "random", "--steps", "600",
+          "--seed", "3", "--ref-max-return", "-150", "--out", path])  # fmt: skip
+    ds = load_dataset(path)
+    direct = rollout_jax("jax:pendulum", None, 600, 3)
+    assert ds.env_id == "jax:pendulum" and len(ds) == 600
+    for key in ("observations", "actions", "rewards", "next_observations"):
+        np.testing.assert_array_equal(getattr(ds, key), getattr(direct, key), err_msg=key)
+    np.testing.assert_array_equal(ds.timeouts, direct.timeouts)
+    assert ds.timeouts.sum() == 3 and not ds.terminals.any()  # 200-step episodes
+    # Real transitions: within an episode, each row's next observation is the next row's.
+    cont = ~ds.timeouts[:-1]
+    np.testing.assert_array_equal(ds.next_observations[:-1][cont], ds.observations[1:][cont])
+    assert np.abs(ds.actions).max() <= 1.0
+
+    out = str(tmp_path / "rlpd")
+    main(["train", "rlpd", "--env", "jax:pendulum", "--dataset", path, "--total-steps", "40",
+          "--num-envs", "2", "--learning-starts", "10", "--utd-ratio", "1", "--num-qs", "2",
+          "--hidden-dims", "16", "16", "--batch-size", "16", "--eval-episodes", "1",
+          "--out", out])  # fmt: skip
+    with open(os.path.join(out, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["completed"] and summary["dataset"] == path and summary["online_steps"] == 40
+    assert summary["normalized_score"] is not None
+    capsys.readouterr()
