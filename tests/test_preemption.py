@@ -18,9 +18,9 @@ and the test sends the SIGKILL:
 
 Seven kills in all: two in the host loop, two in the fused loop (offline, then online on a JAX
 env with the dataset in its minibatches), one in the offline loop and two in offline-to-online
-on a Gymnasium env (one per phase's step range each). Checkpoints are written every few log points, so
-every resume restarts before the kill and has to redo steps; the test checks that each run
-resumed from the newest complete checkpoint. A persistent compilation cache shared by the
+on a Gymnasium env (one per phase's step range each). Checkpoints are written every few log
+points, so every resume restarts before the kill and has to redo steps; the test checks that
+each run resumed from the newest complete checkpoint. A persistent compilation cache shared by the
 subprocesses keeps each one to a few seconds of CPU after the first of its loop.
 """
 
