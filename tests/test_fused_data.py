@@ -125,4 +125,13 @@ def test_jax_env_dataset_round_trips_and_rlpd_trains_with_it(tmp_path, capsys):
         summary = json.load(f)
     assert summary["completed"] and summary["dataset"] == path and summary["online_steps"] == 40
     assert summary["normalized_score"] is not None
+    # An offline run on the JAX env's data, continued online by `jaxrl finetune` (fused loop).
+    out = str(tmp_path / "iql")
+    main(["train", "iql", "--dataset", path, "--total-steps", "20", "--hidden-dims", "16", "16",
+          "--batch-size", "16", "--eval-episodes", "1", "--out", out])  # fmt: skip
+    main(["finetune", out, "--online-steps", "64"])
+    with open(os.path.join(out, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["completed"] and summary["offline_steps"] == 20
+    assert summary["online_steps"] == 64  # one iteration of the default 64 envs
     capsys.readouterr()

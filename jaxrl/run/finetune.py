@@ -77,8 +77,6 @@ def start_run(spec: AgentSpec, agent_cfg: Any, cfg: TrainConfig, out: str) -> Of
     try:
         if is_jax_env(s.train_config.env):  # the online phase is the fused loop
             check_fused_data(spec, s.agent_config)
-            num_envs = jax_num_envs(spec, s.train_config.num_envs)
-            s.train_config = dataclasses.replace(s.train_config, num_envs=num_envs)
         config = run_config(spec.name, s.agent_config, s.train_config)
         prepare_run_dir(out, {**config, "dataset_info": s.run_config_extras()})
     except BaseException:
@@ -114,7 +112,8 @@ def train_online(s: OfflineSetup, agent: Any, out: str, offline_steps: int = 0) 
     score = s.dataset.normalized_score
     try:
         agent = online_agent(s.spec, agent, s.agent_config, cfg, obs, act)
-        if is_jax_env(cfg.env):
+        if is_jax_env(cfg.env):  # --num-envs unset stays unset in config.json (load_run too)
+            cfg = dataclasses.replace(cfg, num_envs=jax_num_envs(s.spec, cfg.num_envs))
             env, _ = make_jax_envs(cfg.env, cfg.num_envs, 1, agent.config, s.spec)
             agents = strongly_typed(jax.tree.map(lambda x: jnp.asarray(x)[None], agent))
             return train_fused(
