@@ -75,6 +75,11 @@ class AgentSpec:
             whole replay buffer (its ``BufferState``) when the buffer reaches
             ``learning_starts + j K`` rows (``refit_due``), so the next action uses the refit
             model (PETS's periodic refit of its ensemble); None for minibatch updates.
+        dataset_pretrain: an on-policy agent that may first learn from ``--dataset`` in the
+            offline loop (``update`` on minibatches of dataset rows, ``Transition``s, of the
+            config's ``batch_size``) and is then fine-tuned on its own rollouts in the fused
+            loop (ReinFlow's behaviour-cloned flow policy, fine-tuned by PPO). The dataset is
+            not mixed into the online updates.
         data_parallel: whether one run may split its envs and minibatches over several
             devices (``--devices`` with one seed; ``jaxrl.loops.mesh``). False for an agent
             whose update is not an average over minibatch rows: PETS refits its ensemble on
@@ -99,6 +104,7 @@ class AgentSpec:
     termination_field: str | None = None
     actor_obs_field: str | None = None
     refit_field: str | None = None
+    dataset_pretrain: bool = False
     data_parallel: bool = True
 
     def __post_init__(self) -> None:
