@@ -20,9 +20,10 @@ Kind = Literal["off-policy", "on-policy", "offline", "planner"]
 
 - ``off-policy``: acts in an env and learns from a replay buffer (host or fused loop); with a
   dataset, the dataset is mixed into every minibatch (RLPD).
-- ``on-policy``: collects a rollout with ``policy_step`` and updates on it (fused loop only).
-- ``offline``: learns from a dataset in the offline loop; may then be fine-tuned online in the
-  host loop with the dataset kept in the minibatch mix.
+- ``on-policy``: collects a rollout with ``policy_step`` and updates on it (fused loop only);
+  with ``dataset_pretrain``, it may first learn from a dataset in the offline loop.
+- ``offline``: learns from a dataset in the offline loop; may then be fine-tuned online (host
+  loop on Gymnasium envs, fused loop on JAX envs) with the dataset kept in the minibatch mix.
 - ``planner``: acts by planning with a model; carries its plan across env steps in its state and
   is told at each step whether it is the first step of an episode.
 """
@@ -129,8 +130,11 @@ class AgentSpec:
 
     @property
     def offline(self) -> bool:
-        """True for agents that learn from a dataset first (the offline loop)."""
-        return self.kind == "offline"
+        """True for agents that learn from a dataset first, in the offline loop.
+
+        Offline agents, and on-policy agents that pretrain on one (``dataset_pretrain``).
+        """
+        return self.kind == "offline" or self.dataset_pretrain
 
     def sequence_length(self, config: Any) -> int | None:
         """Steps per sequence in a minibatch (``sequence_field``), or None for single rows."""

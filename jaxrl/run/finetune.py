@@ -71,12 +71,19 @@ def start_run(spec: AgentSpec, agent_cfg: Any, cfg: TrainConfig, out: str) -> Of
     """Load the dataset, create the agent and write ``config.json`` (see ``setup_offline``).
 
     Raises:
-        ValueError: a dataset/env mismatch.
+        ValueError: a dataset/env mismatch, or an on-policy agent on a Gymnasium env.
     """
     s = setup_offline(spec, agent_cfg, cfg, out)
     try:
         if is_jax_env(s.train_config.env):  # the online phase is the fused loop
             check_fused_data(spec, s.agent_config)
+        elif spec.kind == "on-policy":
+            raise ConfigError(
+                f"{spec.name} is fine-tuned on its own rollouts in the fused loop, on a JAX env; "
+                f"{s.train_config.env!r} is not one. Collect the dataset on a JAX env "
+                "(jaxrl dataset collect --env jax:NAME), or train offline only (drop "
+                "--online-steps)."
+            )
         config = run_config(spec.name, s.agent_config, s.train_config)
         prepare_run_dir(out, {**config, "dataset_info": s.run_config_extras()})
     except BaseException:
@@ -107,7 +114,9 @@ def train_online(s: OfflineSetup, agent: Any, out: str, offline_steps: int = 0) 
     cfg = dataclasses.replace(cfg, total_steps=cfg.online_steps or cfg.total_steps)
     obs = np.zeros(s.dataset.obs_dim, np.float32)
     act = np.zeros(s.dataset.action_dim, np.float32)
-    prior = s.data if cfg.offline_ratio > 0 else None
+    # On-policy agents learn from their own rollouts online: the data served their pretraining.
+    mixes = cfg.offline_ratio > 0 and s.spec.kind != "on-policy"
+    prior = s.data if mixes else None
     mix = {"prior": prior, "prior_ratio": cfg.offline_ratio, "step_offset": offline_steps}
     score = s.dataset.normalized_score
     try:
@@ -132,7 +141,7 @@ def train_with_data(spec: AgentSpec, agent_cfg: Any, cfg: TrainConfig) -> dict:
     ``--online-steps`` (default ``--total-steps``) env steps; there is no offline phase.
 
     Raises:
-        ValueError: for ``--offline-steps > 0`` or a JAX env.
+        ValueError: for ``--offline-steps > 0``.
     """
     if cfg.offline_steps:
         offline = ", ".join(registry.names("offline"))
@@ -212,12 +221,12 @@ def finetune_run(
     """
     config = read_config(run_dir)
     name = config["agent"]
-    if name not in registry.names("offline") or not config.get("dataset"):
+    spec = registry.get(name)
+    if not spec.offline or not config.get("dataset"):
         raise ConfigError(
             f"{run_dir} is a run of {name} without a dataset; `jaxrl finetune` continues an "
             f"offline run (jaxrl train {'|'.join(registry.names('offline'))} --dataset D)."
         )
-    spec = registry.get(name)
     changes: dict[str, Any] = {"online_steps": online_steps, "out": run_dir}
     if offline_ratio is not None:
         changes["offline_ratio"] = offline_ratio

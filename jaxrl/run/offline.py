@@ -130,7 +130,7 @@ def check_batch_fits(spec: AgentSpec, agent_config: Any, dataset: Dataset) -> No
     """
     from jaxrl.config import ConfigError
 
-    if spec.kind != "offline":  # online agents with a dataset mix it in at their own ratio
+    if not spec.offline:  # online agents with a dataset mix it in at their own ratio
         return
     batch = agent_config.batch_size  # every offline config has one (the offline loop reads it)
     if batch > len(dataset):

@@ -87,12 +87,12 @@ def _train_with_dataset(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, 
     from jaxrl import registry
     from jaxrl.run.finetune import train_offline_to_online, train_with_data
 
-    if train_cfg.num_seeds > 1 and (spec.kind != "offline" or train_cfg.online_steps):
+    if train_cfg.num_seeds > 1 and (not spec.offline or train_cfg.online_steps):
         raise ConfigError(
             "--num-seeds with --dataset vmaps the seeds of an offline agent's offline phase; for "
             "online or offline-to-online training with data run one process per --seed."
         )
-    if spec.kind == "offline":
+    if spec.offline:  # offline agents, and on-policy agents that pretrain on the data
         if train_cfg.online_steps:
             return train_offline_to_online(spec, agent_cfg, train_cfg)
         return _train_offline(spec, train_cfg, agent_cfg)
