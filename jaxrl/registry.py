@@ -44,6 +44,9 @@ class AgentSpec:
             (ReBRAC's critic penalty); rows where it is unknown carry a zero mask.
         needs_mc_return: its batches carry ``mc_return``, the discounted return-to-go
             (Cal-QL's calibration).
+        needs_source: its batches carry ``from_dataset``, 1 for the dataset's rows and 0 for
+            the rows it collected online (H2O weighs simulator rows by a dynamics ratio and
+            penalizes them, the real data not).
         horizon_field: the config field holding a learning-rate schedule's horizon in gradient
             steps (e.g. ``"max_steps"``), which the loops resolve to the run's budget when it is
             unset; None when the agent has no schedule.
@@ -95,6 +98,7 @@ class AgentSpec:
     kind: Kind
     needs_next_action: bool = False
     needs_mc_return: bool = False
+    needs_source: bool = False
     horizon_field: str | None = None
     data_norm: bool = False
     dataset_rows: bool = False

@@ -34,6 +34,9 @@ class Transition(NamedTuple):
         next_action_mask: optional 1.0 where ``next_action`` is the real next action, 0.0 where
             it is unknown (the episode ended: a time limit, a termination or the dataset's last
             row); carried with ``next_action``, ``None`` everywhere else.
+        from_dataset: optional 1.0 for a row of the dataset, 0.0 for a row the agent collected
+            online, for agents that treat the two sources differently (H2O's real data and
+            simulator rollouts, registry ``needs_source``); ``None`` everywhere else.
     """
 
     obs: jax.Array
@@ -44,6 +47,7 @@ class Transition(NamedTuple):
     next_action: jax.Array | None = None
     mc_return: jax.Array | None = None
     next_action_mask: jax.Array | None = None
+    from_dataset: jax.Array | None = None
 
 
 Batch = Transition

@@ -45,21 +45,25 @@ class _Counter(struct.PyTreeNode):
 
     prior_rows: jax.Array
     online_rows: jax.Array
+    marked_rows: jax.Array
     updates: jax.Array
     config: _CounterConfig = struct.field(pytree_node=False)
 
     @classmethod
     def create(cls, config, obs, act, seed):
         del obs, act, seed
-        return cls(jnp.int32(0), jnp.int32(0), jnp.int32(0), config)
+        return cls(jnp.int32(0), jnp.int32(0), jnp.int32(0), jnp.int32(0), config)
 
     def update(self, batch):
         new = self.replace(
             prior_rows=self.prior_rows + jnp.sum(batch.reward == MARK),
             online_rows=self.online_rows + jnp.sum(batch.reward <= 0.0),
+            # The rows the loops mark as the dataset's (registry needs_source).
+            marked_rows=self.marked_rows + jnp.sum(batch.from_dataset == 1.0),
             updates=self.updates + 1,
         )
         counts = {"count/prior": new.prior_rows, "count/online": new.online_rows}
+        counts["count/marked"] = new.marked_rows
         return new, {**counts, "count/updates": new.updates}
 
     def sample_actions(self, obs, rng):
@@ -69,27 +73,38 @@ class _Counter(struct.PyTreeNode):
         return jnp.zeros((obs.shape[0], 1))
 
 
-@pytest.mark.parametrize("ratio", [0.25, 0.5])
-def test_fused_loop_mixes_the_dataset_into_every_minibatch_at_the_ratio(tmp_path, ratio):
-    spec = AgentSpec("counter", _Counter, _CounterConfig, "off-policy")
+@pytest.mark.parametrize(("env_id", "ratio"), [("jax:pendulum", 0.25), ("Pendulum-v1", 0.5)])
+def test_both_loops_mix_the_dataset_into_every_minibatch_at_the_ratio(tmp_path, env_id, ratio):
+    from jaxrl.envs import make_env
+    from jaxrl.loops import train_host
+
+    spec = AgentSpec("counter", _Counter, _CounterConfig, "off-policy", needs_source=True)
     config = _CounterConfig()
-    n, steps = 2, 100
+    n, steps = (2, 100) if env_id.startswith("jax:") else (1, 100)
     cfg = TrainConfig(
-        env="jax:pendulum", num_envs=n, total_steps=steps, eval_every=steps, eval_episodes=1,
+        env=env_id, num_envs=n, total_steps=steps, eval_every=steps, eval_episodes=1,
         progress=False, tensorboard=False,
     )  # fmt: skip
     rows = 300
     prior = buffer_from_arrays(
         Transition(
             jnp.zeros((rows, 3)), jnp.zeros((rows, 1)), jnp.full(rows, MARK), jnp.zeros((rows, 3)),
-            jnp.zeros(rows),
+            jnp.zeros(rows), from_dataset=jnp.ones(rows),
         )
     )  # fmt: skip
-    env, eval_env = make_jax_envs("jax:pendulum", n, 1, config, spec)
     out = str(tmp_path / "run")
     prepare_run_dir(out, {"agent": "counter"})
-    summary = train_fused(spec, config, env, eval_env, cfg, [out], prior=prior, prior_ratio=ratio)
-    assert summary[0]["completed"] and summary[0]["online_steps"] == steps
+    mix = {"prior": prior, "prior_ratio": ratio}
+    if env_id.startswith("jax:"):  # the fused loop
+        env, eval_env = make_jax_envs(env_id, n, 1, config, spec)
+        summary = train_fused(spec, config, env, eval_env, cfg, [out], **mix)[0]
+    else:  # the host loop
+        agent = _Counter.create(config, None, None, 0)
+        env, eval_env = make_env(env_id, n), make_env(env_id, 1)
+        summary = train_host(spec, agent, env, eval_env, cfg, out, **mix)
+        env.close()
+        eval_env.close()
+    assert summary["completed"] and summary["online_steps"] == steps
     with open(os.path.join(out, "metrics.csv")) as f:
         last = list(csv.DictReader(f))[-1]
     # Updates start at env step 10 (learning_starts): 45 iterations of utd_ratio * n updates.
@@ -98,6 +113,8 @@ def test_fused_loop_mixes_the_dataset_into_every_minibatch_at_the_ratio(tmp_path
     assert int(float(last["count/updates"])) == updates
     assert int(float(last["count/prior"])) == updates * from_prior
     assert int(float(last["count/online"])) == updates * (config.batch_size - from_prior)
+    # The online rows are marked 0, the dataset's 1.
+    assert int(float(last["count/marked"])) == updates * from_prior
 
 
 def test_jax_env_dataset_round_trips_and_rlpd_trains_with_it(tmp_path, capsys):
@@ -125,6 +142,13 @@ def test_jax_env_dataset_round_trips_and_rlpd_trains_with_it(tmp_path, capsys):
         summary = json.load(f)
     assert summary["completed"] and summary["dataset"] == path and summary["online_steps"] == 40
     assert summary["normalized_score"] is not None
+    # Evaluated on a heavier pendulum (a "real" system), and refused on an env of other spaces.
+    main(["eval", out, "--episodes", "2", "--env", "jax:pendulum?m=1.3"])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["env"] == "jax:pendulum?m=1.3" and result["episodes"] == 2
+    with pytest.raises(SystemExit):
+        main(["eval", out, "--env", "jax:point_mass"])
+    assert "has (observation, action) sizes (4, 2)" in capsys.readouterr().err
     # An offline run on the JAX env's data, continued online by `jaxrl finetune` (fused loop).
     out = str(tmp_path / "iql")
     main(["train", "iql", "--dataset", path, "--total-steps", "20", "--hidden-dims", "16", "16",

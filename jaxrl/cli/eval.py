@@ -1,4 +1,4 @@
-"""``jaxrl eval DIR [--episodes N]``: print one JSON line with the evaluation return."""
+"""``jaxrl eval DIR [--episodes N] [--env ENV]``: print one JSON line with the evaluation return."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ class EvalArgs:
     """the run directory whose newest checkpoint is evaluated"""
     episodes: int | None = None
     """evaluation episodes (default: the run's --eval-episodes)"""
+    env: str | None = None
+    """evaluate on this env instead (same spaces): e.g. the real system's model of a sim-to-real
+    run, or a perturbed simulator such as jax:pendulum?m=1.3"""
 
 
 def run(argv: list[str]) -> None:
@@ -27,4 +30,4 @@ def run(argv: list[str]) -> None:
 
     description = "Evaluate the deterministic policy of a run directory's newest checkpoint."
     a = parse(EvalArgs, argv, "jaxrl eval", description)
-    print(json.dumps(guard(lambda: evaluate_run(a.run_dir, a.episodes))))
+    print(json.dumps(guard(lambda: evaluate_run(a.run_dir, a.episodes, a.env))))

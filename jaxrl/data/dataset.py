@@ -293,11 +293,13 @@ class Dataset:
         action_high: Any = 1.0,
         with_next_action: bool = False,
         mc_return_discount: float | None = None,
+        with_source: bool = False,
     ) -> Transition:
         """Rows as a ``Transition`` of numpy arrays with actions mapped to ``[-1, 1]``.
 
         ``with_next_action`` adds ``next_action`` (ReBRAC); ``mc_return_discount`` adds the
-        discounted Monte-Carlo return-to-go of every row (Cal-QL, ``episodes.monte_carlo_returns``).
+        discounted Monte-Carlo return-to-go of every row (Cal-QL, ``episodes.monte_carlo_returns``);
+        ``with_source`` adds ``from_dataset`` = 1 (H2O tells them from online rows).
         """
         low = np.broadcast_to(np.asarray(action_low, np.float32), (self.action_dim,))
         high = np.broadcast_to(np.asarray(action_high, np.float32), (self.action_dim,))
@@ -320,6 +322,7 @@ class Dataset:
             else monte_carlo_returns(
                 self.rewards, self.terminals, self.timeouts, mc_return_discount
             ),
+            from_dataset=np.ones(len(self.rewards), np.float32) if with_source else None,
         )
 
     def buffer(self, *args: Any, **kwargs: Any) -> BufferState:

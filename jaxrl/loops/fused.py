@@ -65,7 +65,8 @@ def init_fused_state(spec: AgentSpec, agent_config: Any, env: Any, seed: Any) ->
     k_env, k_loop = jax.random.split(key)
     buffer = None
     if spec.kind != "on-policy":
-        example = Transition(obs, act, jnp.float32(0), obs, jnp.float32(0))
+        source = jnp.float32(0) if spec.needs_source else None
+        example = Transition(obs, act, jnp.float32(0), obs, jnp.float32(0), from_dataset=source)
         buffer = make_replay_buffer(agent_config.buffer_size).init(example)
     plan = acting(spec).init(agent, env.num_envs)
     return FusedState(agent, buffer, env.reset(k_env), k_loop, jnp.zeros((), jnp.int32), plan)
@@ -108,9 +109,12 @@ def _off_policy_iteration(
         step < acfg.learning_starts, lambda _: (warmup, state.plan), act, None
     )
     env_state = env.step(state.env, action)
+    # Online rows are marked as such when the buffer has the field (registry ``needs_source``).
+    online = None if state.buffer.data.from_dataset is None else 0.0 * env_state.reward
     transition = Transition(
-        obs, action, env_state.reward, env_state.info["final_obs"], env_state.terminated
-    )
+        obs, action, env_state.reward, env_state.info["final_obs"], env_state.terminated,
+        from_dataset=online,
+    )  # fmt: skip
     buffer = buffer_add(state.buffer, transition)
 
     def learn(

@@ -60,6 +60,7 @@ def init_loop_state(spec: AgentSpec, agent: Any, env: HostEnv) -> LoopState:
         next_action=np.zeros_like(env.action_example) if spec.needs_next_action else None,
         mc_return=np.float32(0) if spec.needs_mc_return else None,
         next_action_mask=np.float32(0) if spec.needs_next_action else None,
+        from_dataset=np.float32(0) if spec.needs_source else None,
     )
     buffer = make_replay_buffer(agent.config.buffer_size)
     plan = acting(spec).init(agent, env.num_envs)

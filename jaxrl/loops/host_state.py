@@ -126,6 +126,7 @@ class HostState:
         self.no_next_action = np.zeros((n, a), np.float32) if spec.needs_next_action else None
         self.no_next_mask = np.zeros(n, np.float32) if spec.needs_next_action else None
         self.unknown_return = np.full(n, -np.inf, np.float32) if spec.needs_mc_return else None
+        self.online_rows = np.zeros(n, np.float32) if spec.needs_source else None
 
     def dispatch_action(self, state: LoopState, step: int, act_fn: Any) -> LoopState:
         """Start computing the first policy action (later ones are dispatched after updates)."""
@@ -176,6 +177,7 @@ class HostState:
             next_action=self.no_next_action,
             mc_return=self.unknown_return,
             next_action_mask=self.no_next_mask,
+            from_dataset=self.online_rows,
         )
         self.obs, done = new_obs, terminated | truncated
         self.first = done

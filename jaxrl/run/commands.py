@@ -12,8 +12,15 @@ from typing import Any
 from jaxrl.errors import ConfigError
 
 
-def evaluate_run(run_dir: str, episodes: int | None = None) -> dict[str, Any]:
-    """Restore the newest checkpoint of ``run_dir`` and evaluate its deterministic policy."""
+def evaluate_run(
+    run_dir: str, episodes: int | None = None, env: str | None = None
+) -> dict[str, Any]:
+    """Restore the newest checkpoint of ``run_dir`` and evaluate its deterministic policy.
+
+    ``env`` evaluates it on another env with the same observation and action sizes as the
+    one it trained on (default: that one): the "real" system of a sim-to-real experiment, or a
+    perturbed simulator (``jax:pendulum?m=1.3``). The result names the env.
+    """
     from jaxrl import registry
     from jaxrl.envs import make_env
     from jaxrl.envs.jax_envs import is_jax_env
@@ -25,7 +32,9 @@ def evaluate_run(run_dir: str, episodes: int | None = None) -> dict[str, Any]:
         raise ConfigError(f"--episodes must be at least 1, got {episodes}.")
     run = load_run(run_dir)
     episodes = episodes or run.train_config.eval_episodes
-    env_id = run.config["env"]
+    env_id = env or run.config["env"]
+    if env:
+        _check_same_spaces(run, env)
     seed = run.train_config.seed + 20_000
     spec = registry.get(run.config["agent"])
     policy = acting(spec)
@@ -49,6 +58,19 @@ def evaluate_run(run_dir: str, episodes: int | None = None) -> dict[str, Any]:
     if run.config.get("dataset"):
         result["normalized_score"] = dataset_score(run.config, result["return_mean"])
     return result
+
+
+def _check_same_spaces(run: Any, env_id: str) -> None:
+    """Refuse an evaluation env whose observation or action size differs from the run's."""
+    from jaxrl.run.runs import env_sizes
+
+    trained, other = env_sizes(run.config["env"]), env_sizes(env_id)
+    if trained != other:
+        raise ConfigError(
+            f"--env {env_id!r} has (observation, action) sizes {other}, but {run.run_dir} was "
+            f"trained on {run.config['env']!r} with {trained}; evaluate on an env with the same "
+            "spaces."
+        )
 
 
 def dataset_score(config: dict[str, Any], ret: float) -> float | None:

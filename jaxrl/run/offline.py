@@ -175,8 +175,8 @@ def prepare_offline(
         spec: the agent's registry entry: ``data_norm`` agents get the dataset's statistics
             and ``dataset_rows`` agents its rows (``with_data_norm``; online agents trained on
             data, e.g. RLPD, are returned unchanged); the buffer
-            carries ``next_action`` for ``needs_next_action`` (ReBRAC) and ``mc_return`` for
-            ``needs_mc_return`` (Cal-QL).
+            carries ``next_action`` for ``needs_next_action`` (ReBRAC), ``mc_return`` for
+            ``needs_mc_return`` (Cal-QL) and ``from_dataset`` for ``needs_source`` (H2O).
         agent: the freshly created agent.
         dataset: the ``Dataset``.
         action_low: the env's lower action bounds (the buffer holds actions in ``[-1, 1]``).
@@ -184,4 +184,5 @@ def prepare_offline(
     """
     agent = with_data_norm(spec, agent, dataset, action_low, action_high)
     discount = float(agent.config.discount) if spec.needs_mc_return else None
-    return agent, dataset.buffer(action_low, action_high, spec.needs_next_action, discount)
+    rows = (spec.needs_next_action, discount, spec.needs_source)
+    return agent, dataset.buffer(action_low, action_high, *rows)

@@ -216,7 +216,7 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
             checkpoint.
     """
     from jaxrl import registry
-    from jaxrl.envs.jax_envs import is_jax_env, make_jax_env
+    from jaxrl.envs.jax_envs import is_jax_env
     from jaxrl.loops import (
         OfflineState,
         TrainConfig,
@@ -260,15 +260,7 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
     env_id, seed = config["env"], config["seed"]
     # Checkpoints without a phase (older runs) hold an offline agent's offline phase.
     phase = ckpt.meta(step).get("phase") or ("offline" if spec.offline else "online")
-    if is_jax_env(env_id):
-        dims = make_jax_env(env_id, 1)
-        obs = jnp.zeros(dims.observation_size, jnp.float32)
-        act = jnp.zeros(dims.action_size, jnp.float32)
-    else:
-        from jaxrl.envs import make_env
-
-        with closing(make_env(env_id, 1)) as env:
-            obs, act = env.obs_example, env.action_example
+    obs, act = env_examples(env_id)
     agent = _with_recorded_rows(spec, spec.agent.create(agent_cfg, obs, act, seed), config)
     if phase == "online" and spec.offline:  # the online phase of an offline-to-online run
         agent = online_agent(spec, agent, agent_cfg, train_cfg, obs, act)
@@ -286,6 +278,26 @@ def load_run(run_dir: str, step: int | None = None) -> LoadedRun:
     if is_jax_env(env_id) and phase == "online":
         obs_stats = state.env.extras.get("obs_stats")
     return LoadedRun(run_dir, config, agent_cfg, train_cfg, state.agent, state, meta, obs_stats)
+
+
+def env_examples(env_id: str) -> tuple[Any, Any]:
+    """An observation and an action of ``env_id`` (zeros), from one copy of the env."""
+    from jaxrl.envs.jax_envs import is_jax_env, make_jax_env
+
+    if is_jax_env(env_id):
+        dims = make_jax_env(env_id, 1)
+        obs = jnp.zeros(dims.observation_size, jnp.float32)
+        return obs, jnp.zeros(dims.action_size, jnp.float32)
+    from jaxrl.envs import make_env
+
+    with closing(make_env(env_id, 1)) as env:
+        return env.obs_example, env.action_example
+
+
+def env_sizes(env_id: str) -> tuple[int, int]:
+    """``(observation size, action size)`` of ``env_id``."""
+    obs, act = env_examples(env_id)
+    return int(obs.shape[-1]), int(act.shape[-1])
 
 
 def _with_recorded_rows(spec: AgentSpec, agent: Any, run_config: dict[str, Any]) -> Any:
@@ -321,6 +333,8 @@ class _Dims:
 
 __all__ = [
     "LoadedRun",
+    "env_examples",
+    "env_sizes",
     "jax_num_envs",
     "carry_over",
     "env_obs_norm",
