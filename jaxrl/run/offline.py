@@ -176,7 +176,7 @@ def prepare_offline(
             and ``dataset_rows`` agents its rows (``with_data_norm``; online agents trained on
             data, e.g. RLPD, are returned unchanged); the buffer
             carries ``next_action`` for ``needs_next_action`` (ReBRAC), ``mc_return`` for
-            ``needs_mc_return`` (Cal-QL) and ``from_dataset`` for ``needs_source`` (H2O).
+            ``needs_mc_return`` (Cal-QL) and ``from_dataset`` for ``needs_source``.
         agent: the freshly created agent.
         dataset: the ``Dataset``.
         action_low: the env's lower action bounds (the buffer holds actions in ``[-1, 1]``).
