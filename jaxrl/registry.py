@@ -291,6 +291,13 @@ _builtin("sac", "off-policy", "agents.sac:SAC:SACConfig", **_asymmetric)
 _builtin("td3", "off-policy", "agents.td3:TD3:TD3Config", **_asymmetric)
 _builtin("ppo", "on-policy", "agents.ppo:PPO:PPOConfig", env_obs_norm=True, **_asymmetric)
 _builtin("rlpd", "off-policy", "agents.sac:SAC:RLPDConfig", **_asymmetric)
+_builtin(
+    "reinflow",
+    "on-policy",
+    "agents.reinflow:ReinFlow:ReinFlowConfig",
+    dataset_pretrain=True,
+    horizon_field="bc_decay_steps",
+)
 _builtin("bc", "offline", "offline.bc:BC:BCConfig", **_offline)
 _builtin("td3-bc", "offline", "offline.td3_bc:TD3BC:TD3BCConfig", **_offline)
 _builtin("cql", "offline", "offline.cql:CQL:CQLConfig", **_offline)

@@ -1,4 +1,7 @@
-"""Online agents: SAC (and RLPD, SAC with RLPD's configuration), TD3, PPO; planners: TD-MPC2, PETS.
+"""Online agents: SAC (RLPD), TD3, PPO, ReinFlow; planners: TD-MPC2, PETS.
+
+RLPD is SAC with RLPD's configuration; ReinFlow is a flow policy cloned from a dataset, then
+fine-tuned by PPO.
 
 One file per agent (``tdmpc2_model`` holds TD-MPC2's world model, ``pets_model`` PETS's
 ensemble). ``jaxrl.registry`` names every agent, online and offline, with its config and kind.
@@ -10,6 +13,7 @@ registry, the loops or anything above them (the import-linter contracts in ``pyp
 
 from jaxrl.agents.pets import PETS, PETSConfig
 from jaxrl.agents.ppo import PPO, PPOConfig
+from jaxrl.agents.reinflow import ReinFlow, ReinFlowConfig
 from jaxrl.agents.sac import SAC, RLPDConfig, SACConfig
 from jaxrl.agents.td3 import TD3, TD3Config
 from jaxrl.agents.tdmpc2 import TDMPC2, TDMPC2Config
@@ -20,6 +24,8 @@ __all__ = [
     "PPO",
     "PPOConfig",
     "RLPDConfig",
+    "ReinFlow",
+    "ReinFlowConfig",
     "SAC",
     "SACConfig",
     "TD3",

@@ -14,8 +14,9 @@ every env with ``policy_step`` (which also returns the ``extras`` the update nee
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from functools import partial
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import flax.linen as nn
 import jax
@@ -37,6 +38,7 @@ from jaxrl.networks import (
 from jaxrl.types import InfoDict, Params, Rollout
 
 __all__ = ["PPO", "PPOConfig", "Rollout", "gae_minibatch", "policy_loss", "value_loss"]
+__all__ += ["rollout_segments", "sgd_epochs"]  # the epochs and segments ReinFlow's PPO shares
 
 
 # ----------------------------------------------------------------------------------------- losses
@@ -100,9 +102,44 @@ def gae_minibatch(agent: PPO, segments: dict[str, jax.Array]) -> dict[str, jax.A
         hp["gae_lambda"],
         agent.config.bootstrap_truncated,
     )
-    rows = {k: segments[k] for k in ("obs", "raw_action", "log_prob")}
+    rows = {k: v for k, v in segments.items() if k not in _GAE_INPUTS}
     rows |= {"advantage": advantages.T, "return": returns.T, "value": values}
     return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), rows)
+
+
+_GAE_INPUTS = ("next_obs", "reward", "terminated", "truncated")
+
+
+def rollout_segments(data: dict[str, jax.Array], unroll: int) -> dict[str, jax.Array]:
+    """``[T, N, ...]`` arrays as ``[T * N / unroll, unroll, ...]`` segments of one env's steps."""
+
+    def cut(x: jax.Array) -> jax.Array:
+        num_steps, num_envs = x.shape[:2]
+        x = x.reshape(num_steps // unroll, unroll, num_envs, *x.shape[2:])
+        return jnp.swapaxes(x, 1, 2).reshape(-1, unroll, *x.shape[3:])
+
+    return jax.tree.map(cut, data)
+
+
+def sgd_epochs(
+    step: Callable, carry: Any, data: Any, key: jax.Array, num_epochs: int, num_minibatches: int
+) -> tuple[Any, InfoDict]:
+    """``num_epochs`` passes of ``step((carry, key), minibatch) -> ((carry, key), info)``.
+
+    Each epoch shuffles ``data``'s rows (segments) into ``num_minibatches`` minibatches and
+    scans ``step`` over them; info is stacked ``[num_epochs, num_minibatches]``.
+    """
+    n = jax.tree.leaves(data)[0].shape[0]
+
+    def epoch(carry, key):
+        k_perm, k_steps = jax.random.split(key)
+        perm = jax.random.permutation(k_perm, n)
+        shuffled = jax.tree.map(lambda x: x[perm].reshape(num_minibatches, -1, *x.shape[1:]), data)
+        shuffled = split_rows(shuffled, 1)  # each device its share of every minibatch
+        (carry, _), info = jax.lax.scan(step, (carry, k_steps), shuffled)
+        return carry, info
+
+    return jax.lax.scan(epoch, carry, jax.random.split(key, num_epochs))
 
 
 def _apply(state: TrainState, grads: Params, lr_frac: jax.Array) -> TrainState:
@@ -179,18 +216,14 @@ class PPO(struct.PyTreeNode):
             "truncated": rollout.truncated,
         }
 
-        def to_segments(x: jax.Array) -> jax.Array:  # [T, N, ...] -> [T * N / U, U, ...]
-            x = x.reshape(num_steps // unroll, unroll, num_envs, *x.shape[2:])
-            return jnp.swapaxes(x, 1, 2).reshape(-1, unroll, *x.shape[3:])
-
-        data = jax.tree.map(to_segments, data)
+        data = rollout_segments(data, unroll)
         # Linear annealing over env steps, constant within one update (CleanRL's schedule).
         done_steps = self.num_updates.astype(jnp.float32) * n
         lr_frac = jnp.clip(1.0 - done_steps / hp["anneal_lr_steps"], 0.0, 1.0)
         clip = optax.clip_by_global_norm(hp["max_grad_norm"])  # inf = off
 
         def minibatch_step(carry, segments):
-            policy, value, key = carry
+            (policy, value), key = carry
             key, k_entropy = jax.random.split(key)
             agent = self.replace(policy=policy, value=value)
             batch = gae_minibatch(agent, segments)
@@ -205,23 +238,16 @@ class PPO(struct.PyTreeNode):
             returns = batch["return"]
             explained = 1.0 - jnp.var(returns - batch["value"]) / (jnp.var(returns) + 1e-8)
             info = {**p_info, **v_info, "ppo/grad_norm": norm}
-            return (policy, value, key), info | {"value/explained_variance": explained}
-
-        def epoch(carry, key):
-            k_perm, k_steps = jax.random.split(key)
-            perm = jax.random.permutation(k_perm, n // unroll)
-            shuffled = jax.tree.map(
-                lambda x: x[perm].reshape(cfg.num_minibatches, -1, *x.shape[1:]), data
-            )
-            shuffled = split_rows(shuffled, 1)  # each device its share of every minibatch
-            (policy, value, _), info = jax.lax.scan(minibatch_step, (*carry, k_steps), shuffled)
-            return (policy, value), info
+            return ((policy, value), key), info | {"value/explained_variance": explained}
 
         rng, k_epochs = jax.random.split(self.rng)
-        (policy, value), info = jax.lax.scan(
-            epoch,
+        (policy, value), info = sgd_epochs(
+            minibatch_step,
             (self.policy, self.value),
-            jax.random.split(k_epochs, cfg.num_updates_per_batch),
+            data,
+            k_epochs,
+            cfg.num_updates_per_batch,
+            cfg.num_minibatches,
         )
         info = jax.tree.map(jnp.mean, info)
         info["ppo/learning_rate"] = lr_frac * policy.opt_state.hyperparams["learning_rate"]
