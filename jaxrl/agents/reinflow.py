@@ -292,13 +292,13 @@ def _bc_adam(learning_rate: jax.Array, decay_steps: int | None, final_fraction: 
 class ReinFlowConfig:
     """ReinFlow hyperparameters; defaults: the authors' Gym hopper settings (ReinFlow/ReinFlow).
 
-    Deviations: one action per decision (the authors chunk 4 on MuJoCo); PPO's segments and
-    per-minibatch GAE with time limits bootstrapped from V(final obs); ``t_k = k / K`` in the
-    sampler and the likelihood alike; a constant reward scale (theirs: running scaling);
-    constant PPO learning rates (theirs: warm-up and cosine cycles); fixed noise bounds (they
-    decay ``max_std``); the noise net reads the sinusoidal time code (theirs: the velocity net's
-    detached learned one); plain MLPs (theirs: residual); raw observations (theirs: scaled to
-    [-1, 1] by the dataset's range); the evaluation sampler starts from ``x_0 = 0``.
+    Deviations: one action per decision (theirs: chunks of 4 on MuJoCo); PPO's segments and
+    per-minibatch GAE, time limits bootstrapped from V(final obs); ``t_k = k / K`` in sampler
+    and likelihood alike; a constant reward scale (theirs: running scaling); constant PPO rates
+    (theirs: warm-up, cosine cycles); fixed noise bounds (they decay ``max_std``); the noise net
+    reads the sinusoidal time code (theirs: the velocity net's learned one, detached); plain
+    MLPs (theirs: residual); raw observations (theirs: scaled to [-1, 1] by the data's range);
+    evaluation from ``x_0 = 0`` (theirs: ``x_0 ~ N(0, I)``, no injected noise either way).
     """
 
     batch_size: int = 128
