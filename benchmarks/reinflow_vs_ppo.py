@@ -53,10 +53,11 @@ REINFLOW = ReinFlowConfig(  # the learning test's CPU-size settings
 PPO = PPOConfig(unroll_length=20, batch_size=16, num_minibatches=16)  # jaxrl's pendulum test
 
 
-def _curve(out: str) -> dict[int, float]:
+def _curve(out: str, offset: int = 0) -> dict[int, float]:
+    """Evaluations by online env step; rows after an offline phase are numbered offset + step."""
     rows = read_metrics(os.path.join(out, "metrics.csv"))
-    online = [r for r in rows if "eval_return" in r and "env_step" in r]  # not the BC row
-    return {int(r["env_step"]): r["eval_return"] for r in online}
+    evals = [r for r in rows if "eval_return" in r and r["step"] > offset]
+    return {int(r["step"]) - offset: r["eval_return"] for r in evals}
 
 
 def run_reinflow(seed: int, bc_steps: int, online: int, evals: int, out: str) -> dict:
@@ -83,7 +84,7 @@ def run_reinflow(seed: int, bc_steps: int, online: int, evals: int, out: str) ->
     every = online // evals
     online_cfg = dataclasses.replace(cfg, total_steps=online, eval_every=every, log_every=every)
     train_fused(spec, config, env, eval_env, online_cfg, [out], agents=agents, step_offset=bc_steps)
-    curve = {0: bc["final_eval_return_mean"], **_curve(out)}
+    curve = {0: bc["final_eval_return_mean"], **_curve(out, bc_steps)}
     return {"curve": curve, "wall_s": time.perf_counter() - start}
 
 
@@ -98,9 +99,7 @@ def run_ppo(seed: int, online: int, evals: int, out: str) -> dict:
     prepare_run_dir(out, run_config("ppo", PPO, cfg))
     start = time.perf_counter()
     train_fused(spec, PPO, env, eval_env, cfg, [out])
-    rows = read_metrics(os.path.join(out, "metrics.csv"))
-    curve = {int(r["step"]): r["eval_return"] for r in rows if "eval_return" in r}
-    return {"curve": curve, "wall_s": time.perf_counter() - start}
+    return {"curve": _curve(out), "wall_s": time.perf_counter() - start}
 
 
 def _at(curve: dict, step: int) -> float:
@@ -117,7 +116,8 @@ def write(results: dict, args: argparse.Namespace) -> None:
         "",
         f"`benchmarks/reinflow_vs_ppo.py`: ReinFlow clones the generated Pendulum-v1 medium data "
         f"({args.bc_steps} BC steps), then PPO fine-tunes it; PPO starts from scratch. Same "
-        f"online env steps, {NUM_ENVS} envs, seeds {args.seeds}. Evaluation return (50 "
+        f"online env steps, {NUM_ENVS} envs, agent seeds {args.seeds} (the data of "
+        "`JAXRL_TEST_SEED`, default 0). Evaluation return (50 "
         "episodes, deterministic policy) at online env steps; step 0 of ReinFlow is the cloned "
         "policy. Each cell is the mean over seeds, the seeds' values in brackets.",
         "",
