@@ -159,3 +159,40 @@ def test_jax_env_dataset_round_trips_and_rlpd_trains_with_it(tmp_path, capsys):
     assert summary["completed"] and summary["offline_steps"] == 20
     assert summary["online_steps"] == 64  # one iteration of the default 64 envs
     capsys.readouterr()
+
+
+def test_an_on_policy_agent_pretrains_on_the_data_then_fine_tunes_on_its_rollouts(tmp_path, capsys):
+    # The registry's dataset_pretrain: behaviour cloning in the offline loop, then PPO on the
+    # agent's own rollouts in the fused loop, in one run directory (ReinFlow).
+    path = str(tmp_path / "random.hdf5")
+    main(["dataset", "collect", "--env", "jax:pendulum", "--kind", "random", "--steps", "400",
+          "--ref-max-return", "-150", "--out", path])  # fmt: skip
+    out = str(tmp_path / "rf")
+    tiny = ["--velocity-hidden-dims", "16", "16", "--critic-hidden-dims", "16", "16",
+            "--noise-hidden-dims", "8", "--batch-size", "32", "--unroll-length", "8",
+            "--minibatch-segments", "4", "--num-minibatches", "2", "--num-epochs", "1"]  # fmt: skip
+    main(["train", "reinflow", "--dataset", path, "--offline-steps", "20", "--online-steps", "64",
+          "--num-envs", "8", "--eval-episodes", "1", "--out", out, *tiny])  # fmt: skip
+    with open(os.path.join(out, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["completed"] and summary["offline_steps"] == 20
+    assert summary["online_steps"] == 64  # one update of 8 envs x 8 steps
+    with open(os.path.join(out, "metrics.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert rows[0]["step"] == "20" and rows[0]["bc/loss"]  # the offline phase cloned the data
+    assert rows[-1]["step"] == "84" and rows[-1]["actor/loss"]  # then PPO on its rollouts
+    # Its online phase needs a JAX env: a Gymnasium dataset is refused before any training.
+    gym_path = str(tmp_path / "gym.hdf5")
+    main(["dataset", "collect", "--env", "Pendulum-v1", "--kind", "random", "--steps", "200",
+          "--ref-max-return", "-150", "--out", gym_path])  # fmt: skip
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "reinflow", "--dataset", gym_path, "--offline-steps", "5",
+              "--online-steps", "5", "--out", str(tmp_path / "gym")])  # fmt: skip
+    assert exc.value.code == 2
+    assert "fine-tuned on its own rollouts in the fused loop" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "gym" / "checkpoints")
+    with pytest.raises(SystemExit):  # its online rates are PPO's own
+        main(["train", "reinflow", "--dataset", path, "--offline-steps", "5", "--online-steps",
+              "5", "--online-lr-schedule", "cosine", "--out", str(tmp_path / "cos")])  # fmt: skip
+    assert "online updates have rates of their own" in capsys.readouterr().err

@@ -67,6 +67,22 @@ def check_fused_data(spec: AgentSpec, agent_config: Any) -> None:
         )
 
 
+def _check_on_policy_phase(spec: AgentSpec, cfg: TrainConfig) -> None:
+    """Refuse what an on-policy agent's online phase (``dataset_pretrain``) cannot do."""
+    if not is_jax_env(cfg.env):
+        raise ConfigError(
+            f"{spec.name} is fine-tuned on its own rollouts in the fused loop, on a JAX env; "
+            f"{cfg.env!r} is not one. Collect the dataset on a JAX env (jaxrl dataset collect "
+            "--env jax:NAME), or train offline only (drop --online-steps)."
+        )
+    if cfg.online_lr_schedule != "constant":
+        raise ConfigError(
+            f"--online-lr-schedule {cfg.online_lr_schedule} sets an offline agent's online "
+            f"learning rates; {spec.name}'s online updates have rates of their own (its "
+            "config's). Drop the option."
+        )
+
+
 def start_run(spec: AgentSpec, agent_cfg: Any, cfg: TrainConfig, out: str) -> OfflineSetup:
     """Load the dataset, create the agent and write ``config.json`` (see ``setup_offline``).
 
@@ -77,13 +93,8 @@ def start_run(spec: AgentSpec, agent_cfg: Any, cfg: TrainConfig, out: str) -> Of
     try:
         if is_jax_env(s.train_config.env):  # the online phase is the fused loop
             check_fused_data(spec, s.agent_config)
-        elif spec.kind == "on-policy":
-            raise ConfigError(
-                f"{spec.name} is fine-tuned on its own rollouts in the fused loop, on a JAX env; "
-                f"{s.train_config.env!r} is not one. Collect the dataset on a JAX env "
-                "(jaxrl dataset collect --env jax:NAME), or train offline only (drop "
-                "--online-steps)."
-            )
+        if spec.kind == "on-policy":
+            _check_on_policy_phase(spec, s.train_config)
         config = run_config(spec.name, s.agent_config, s.train_config)
         prepare_run_dir(out, {**config, "dataset_info": s.run_config_extras()})
     except BaseException:

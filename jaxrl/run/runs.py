@@ -95,9 +95,10 @@ def online_config(spec: AgentSpec, agent_cfg: Any, train_cfg: Any) -> Any:
     The offline phase's learning-rate schedule (``spec.horizon_field``) ends with that phase.
     Online, ``train_cfg.online_lr_schedule`` decides: 'constant' (horizon 0: no decay, every
     network at its base rate) or 'cosine' (a new decay over the online updates). Agents without
-    a schedule keep their config.
+    a schedule keep their config, and so do on-policy agents: their schedule is the pretraining's
+    (``dataset_pretrain``), and their online updates have rates of their own.
     """
-    if spec.horizon_field is None:
+    if spec.horizon_field is None or spec.kind == "on-policy":
         return agent_cfg
     if train_cfg.online_lr_schedule == "constant":
         horizon = 0
