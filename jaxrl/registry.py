@@ -336,6 +336,7 @@ _builtin(
     refit_field="model_train_freq",
     data_parallel=False,
 )
+_builtin("expo", "off-policy", "agents.expo:EXPO:EXPOConfig", **_asymmetric)
 
 
 def refit_due(steps: Any, num_envs: int, learning_starts: int, every: int) -> Any:

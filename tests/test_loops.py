@@ -146,7 +146,7 @@ def test_loops_and_cli_do_not_probe_agents():
 
 # Agents added as one file plus one registry line and nothing else: no loop, command, run-setup,
 # tuner, exporter or script file may name them (any case, as a word).
-ONE_FILE_AGENTS = ("prdc", "a2pr", "famo2o", "reinflow")
+ONE_FILE_AGENTS = ("prdc", "a2pr", "famo2o", "reinflow", "expo")
 
 
 def test_one_file_agents_are_named_only_by_their_file_and_the_registry():

@@ -1,16 +1,19 @@
-"""Online agents: SAC (RLPD), TD3, PPO, ReinFlow; planners: TD-MPC2, PETS.
+"""Online agents: SAC (RLPD), TD3, PPO, EXPO, ReinFlow; planners: TD-MPC2, PETS.
 
 RLPD is SAC with RLPD's configuration; ReinFlow is a flow policy cloned from a dataset, then
 fine-tuned by PPO.
 
 One file per agent (``tdmpc2_model`` holds TD-MPC2's world model, ``pets_model`` PETS's
-ensemble). ``jaxrl.registry`` names every agent, online and offline, with its config and kind.
+ensemble). EXPO keeps SAC's critic and update schedule and puts a
+diffusion base policy and an edit policy in place of SAC's actor. ``jaxrl.registry`` names every
+agent, online and offline, with its config and kind.
 
 May import: the core modules at ``jaxrl``'s root only (networks, distributions, rl, planners,
 buffers, normalization, config, types, errors); never envs, datasets, offline agents, the
 registry, the loops or anything above them (the import-linter contracts in ``pyproject.toml``).
 """
 
+from jaxrl.agents.expo import EXPO, EXPOConfig
 from jaxrl.agents.pets import PETS, PETSConfig
 from jaxrl.agents.ppo import PPO, PPOConfig
 from jaxrl.agents.reinflow import ReinFlow, ReinFlowConfig
@@ -19,6 +22,8 @@ from jaxrl.agents.td3 import TD3, TD3Config
 from jaxrl.agents.tdmpc2 import TDMPC2, TDMPC2Config
 
 __all__ = [
+    "EXPO",
+    "EXPOConfig",
     "PETS",
     "PETSConfig",
     "PPO",

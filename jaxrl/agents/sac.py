@@ -174,11 +174,30 @@ def init_networks(
     only that many leading observation features (``nets.observing``).
     """
     action_dim = action_example.shape[-1]
-    obs, act = obs_example[None], action_example[None]
     actor_def = nets.observing(
         nets.TanhGaussianActor(action_dim, config.hidden_dims), actor_observation_size
     )
-    actor = nets.make_train_state(actor_def, k_actor, config.actor_lr, obs)
+    actor = nets.make_train_state(actor_def, k_actor, config.actor_lr, obs_example[None])
+    critic, target, temp, hparams = init_critic_and_temperature(
+        config, obs_example, action_example, k_critic, k_temp, target_entropy_scale
+    )
+    return actor, critic, target, temp, hparams
+
+
+def init_critic_and_temperature(
+    config: SACConfig,
+    obs_example: jax.Array,
+    action_example: jax.Array,
+    k_critic: jax.Array,
+    k_temp: jax.Array,
+    target_entropy_scale: float = 1.0,
+) -> tuple[TrainState, Params, TrainState, dict[str, jax.Array]]:
+    """``init_networks`` without the actor: critic ensemble, target, temperature, hparams.
+
+    For agents with SAC's critic and temperature but another actor (EXPO's edit policy).
+    """
+    action_dim = action_example.shape[-1]
+    obs, act = obs_example[None], action_example[None]
     critic_def = nets.EnsembleQ(config.hidden_dims, config.num_qs, config.critic_layer_norm)
     critic = nets.make_train_state(critic_def, k_critic, config.critic_lr, obs, act)
     temp = nets.make_train_state(nets.Temperature(config.init_temperature), k_temp, config.temp_lr)
@@ -191,7 +210,7 @@ def init_networks(
         "target_entropy": jnp.float32(target_entropy),
     }
     target = jax.tree.map(jnp.copy, critic.params)  # distinct buffers, so both can be donated
-    return actor, critic, target, temp, hparams
+    return critic, target, temp, hparams
 
 
 # ------------------------------------------------------------------------------------------ config

@@ -15,7 +15,6 @@ and Diffusion-QL sample several actions per observation and keep one by its valu
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import chex
@@ -25,6 +24,8 @@ import numpy as np
 from flax import struct
 
 from jaxrl.config import REWARD_NORMALIZATIONS, ConfigError, check_choice, check_range
+from jaxrl.generative import map_rows as map_rows
+from jaxrl.generative import observation_key as observation_key
 from jaxrl.types import Transition
 
 
@@ -215,32 +216,8 @@ def check_generative_config(config: Any) -> None:
 
 
 # Candidate selection: IDQL and Diffusion-QL sample several actions per observation and keep
-# one by its value; per-observation keys make a row's action independent of the batch.
-def observation_key(key: jax.Array, obs: jax.Array) -> jax.Array:
-    """``key`` folded with a hash of the bits of one ``[D]`` observation.
-
-    Evaluation must be a deterministic function of the observation, but a sampler run with one
-    fixed noise vector at every step is a fixed quantile of the policy, not a sample of it (on
-    Pendulum a diffusion BC policy evaluated that way spins at about -1,300 while its samples
-    score like the data, about -670). Seeding the noise with the observation keeps both: equal
-    observations get equal actions, and successive states get independent noise.
-    """
-    bits = jax.lax.bitcast_convert_type(obs.astype(jnp.float32), jnp.uint32)
-    mult = jnp.uint32(2654435761) * (jnp.arange(obs.shape[-1], dtype=jnp.uint32) + 1)
-    return jax.random.fold_in(key, jnp.sum(bits * mult, dtype=jnp.uint32))
-
-
-def map_rows(fn: Callable[[jax.Array, jax.Array], jax.Array], key: jax.Array, obs: jax.Array):
-    """``fn(o, observation_key(key, o))`` for every ``[D]`` row ``o`` of ``obs`` (any leading dims).
-
-    The deterministic evaluation of a sampling policy: each row's action depends only on that
-    observation and ``key``, not on the batch it arrives in.
-    """
-    flat = obs.reshape(-1, obs.shape[-1])
-    out = jax.vmap(lambda o: fn(o, observation_key(key, o)))(flat)
-    return out.reshape(*obs.shape[:-1], out.shape[-1])
-
-
+# one by its value. The per-observation keys of their deterministic evaluation live in
+# ``jaxrl.generative`` (EXPO, an online agent, evaluates the same way).
 def repeat_rows(obs: jax.Array, num: int) -> jax.Array:
     """``[..., D] -> [..., num, D]``: each observation repeated for ``num`` candidate actions."""
     return jnp.broadcast_to(obs[..., None, :], (*obs.shape[:-1], num, obs.shape[-1]))
