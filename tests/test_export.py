@@ -37,6 +37,7 @@ REFUSED = {
     "idql": "its evaluation policy draws random numbers",
     "diffusion-ql": "its evaluation policy draws random numbers",
     "fql": "its evaluation policy draws random numbers",  # eval_noise='sampled'; see below
+    "expo": "its evaluation policy draws random numbers",
     "tdmpc2": "it is a planner",
     "pets": "it is a planner",
 }

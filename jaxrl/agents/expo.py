@@ -46,8 +46,8 @@ def critic_loss(
     The squared error is averaged over critics and batch, as the authors' code.
     """
     k_otf, k_sub = jax.random.split(key)
-    _, next_qs = agent.otf(agent.base.params, batch.next_obs, k_otf)
-    next_q = rl.subsample_ensemble(k_sub, next_qs, agent.config.num_min_qs)
+    next_actions = agent.otf(agent.base.params, batch.next_obs, k_otf)
+    next_q = agent.target_q(k_sub, batch.next_obs, next_actions)
     target = jax.lax.stop_gradient(
         rl.td_target(batch.reward, batch.terminal, next_q, agent.hparams["discount"])
     )
@@ -142,15 +142,28 @@ class EXPO(struct.PyTreeNode):
         log_probs = log_probs - self.action_dim * jnp.log(scale)  # density of the scaled edit
         return jnp.clip(base_actions + edits, -1.0, 1.0), log_probs, edits
 
-    def otf(
-        self, base_params: Params, obs: jax.Array, key: jax.Array
-    ) -> tuple[jax.Array, jax.Array]:
-        """The on-the-fly policy: the best of the base and edited candidates by target Q.
+    def target_q(self, key: jax.Array, obs: jax.Array, actions: jax.Array) -> jax.Array:
+        """``min_{i in M} Q'_i(s, a)``, ``M`` a random subset of ``num_min_qs`` target critics.
 
-        ``num_samples`` DDPM samples of the base policy with ``base_params`` per observation,
-        the first ``num_edit_samples`` of them edited; each candidate is scored by the minimum
-        over one random subset of ``num_min_qs`` target critics (as the authors). Returns the
-        chosen actions ``[..., A]`` and every target critic's value of them ``[num_qs, ...]``.
+        Only the subset is evaluated (as the authors' ``subsample_ensemble`` of the parameters),
+        which matters when 2 of 10 critics score 16 candidates per state.
+        """
+        num, size = self.config.num_min_qs, self.config.num_qs
+        if num is None or num >= size:
+            qs = self.critic.apply_fn(self.target_critic_params, obs, actions)
+            return rl.min_over_ensemble(qs.reshape(size, -1)).reshape(qs.shape[1:])
+        idx = jax.random.choice(key, size, (num,), replace=False)
+        params = jax.tree.map(lambda p: p[idx], self.target_critic_params)
+        # SAC's critic ensemble (sac.init_critic_and_temperature) with num members.
+        subset = nets.EnsembleQ(self.config.hidden_dims, num, self.config.critic_layer_norm)
+        return jnp.min(subset.apply(params, obs, actions), axis=0)
+
+    def otf(self, base_params: Params, obs: jax.Array, key: jax.Array) -> jax.Array:
+        """The on-the-fly policy: the best of the base and edited candidates by ``target_q``.
+
+        ``num_samples`` DDPM samples of the base policy with ``base_params`` per observation
+        ``[..., D]``, the first ``num_edit_samples`` of them edited; one random subset of critics
+        scores every candidate (as the authors). Returns the chosen actions ``[..., A]``.
         """
         n, m = self.config.num_samples, self.config.num_edit_samples
         k_base, k_edit, k_sub = jax.random.split(key, 3)
@@ -159,13 +172,9 @@ class EXPO(struct.PyTreeNode):
         base = gen.ddpm_sample(fn, k_base, (*obs_n.shape[:-1], self.action_dim), self.schedule)
         edited = self.edit(self.actor.params, obs_n[..., :m, :], base[..., :m, :], k_edit)[0]
         candidates = jnp.concatenate([base, edited], axis=-2)  # [..., N + M, A]
-        obs_k = jnp.concatenate([obs_n, obs_n[..., :m, :]], axis=-2)
-        qs = self.critic.apply_fn(self.target_critic_params, obs_k, candidates)  # [Q, ..., K]
-        flat = qs.reshape(qs.shape[0], -1)
-        q = rl.subsample_ensemble(k_sub, flat, self.config.num_min_qs).reshape(qs.shape[1:])
+        q = self.target_q(k_sub, jnp.concatenate([obs_n, obs_n[..., :m, :]], -2), candidates)
         best = jnp.argmax(q, axis=-1)
-        actions = jnp.take_along_axis(candidates, best[..., None, None], axis=-2)[..., 0, :]
-        return actions, jnp.take_along_axis(qs, best[None, ..., None], axis=-1)[..., 0]
+        return jnp.take_along_axis(candidates, best[..., None, None], axis=-2)[..., 0, :]
 
     def update(self, batch: Batch) -> tuple[EXPO, InfoDict]:
         """SAC's update with EXPO's losses, then the base policy's step and moving average.
@@ -199,7 +208,7 @@ class EXPO(struct.PyTreeNode):
 
     def sample_actions(self, obs: jax.Array, rng: jax.Array) -> jax.Array:
         """The OTF policy with the base policy's moving average (authors' ``sample_actions``)."""
-        return self.otf(self.base_ema_params, obs, rng)[0]
+        return self.otf(self.base_ema_params, obs, rng)
 
     def eval_actions(self, obs: jax.Array) -> jax.Array:
         """As ``sample_actions``, its noise seeded by each observation: a deterministic policy."""
@@ -231,6 +240,10 @@ class EXPO(struct.PyTreeNode):
         base, ema = gen.init_diffusion_actor(
             nets.observing(base_def, size), k_base, config.base_lr, obs, act, config.lr_decay_steps
         )
+        if config.target_entropy is None and config.edit_target_entropy:
+            # The scaled edit's entropy is the unscaled one's + A log(edit_scale).
+            shift = dim * jnp.log(jnp.float32(config.edit_scale))
+            hparams = {**hparams, "target_entropy": hparams["target_entropy"] + shift}
         hparams = {**hparams, **nets.hparam_leaves(config, "edit_scale", "base_ema_tau")}
         return cls(rng, actor, critic, target, temp, base, ema, hparams, dim, config)
 
@@ -256,7 +269,11 @@ class EXPOConfig(SACConfig):
     authors: learnable Fourier features into (256, 256)); the base policy's optimizer is Adam
     (the authors: AdamW, weight decay 1e-4); edited candidates are clipped to [-1, 1] before Q
     (the authors leave it to the env); the edit policy's log-std is squashed into [-5, 2] by a
-    tanh (``nets.TanhGaussianActor``; the authors clip to [-20, 2]).
+    tanh (``nets.TanhGaussianActor``; the authors clip to [-20, 2]). The target entropy is the
+    scaled edit's, -A/2 + A log(edit_scale) (the authors' ``adjust_target_entropy``, off in their
+    configs): the entropy of an edit of at most 0.05 is at most A (log 2 + log 0.05) = -2.3 A,
+    so with their -A/2 the temperature's log rises by about its learning rate at every step and
+    overflows float32 after ~300k updates; ``--no-edit-target-entropy`` restores it.
     """
 
     # RLPD's critic and schedule, and the authors' widths (SACConfig's docstrings apply).
@@ -290,6 +307,8 @@ class EXPOConfig(SACConfig):
     """How many of the N samples the edit policy also edits (candidates: N + this); <= N."""
     edit_scale: float = 0.05
     """Largest edit per action dimension (actions in [-1, 1]): a + edit_scale * tanh(u)."""
+    edit_target_entropy: bool = True
+    """Shift the default target entropy by A log(edit_scale), to the scaled edit's (see above)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
