@@ -88,6 +88,9 @@ def base_loss(
     return loss, {"base/loss": loss}
 
 
+# -------------------------------------------------------------------------------------- the agent
+
+
 class EditPolicy(nn.Module):
     """``pi_e(. | s, a)``: SAC's tanh-Gaussian actor on an observation and a base action."""
 
@@ -99,9 +102,6 @@ class EditPolicy(nn.Module):
         """The distribution of the unscaled edit ``tanh(u)`` in ``[-1, 1]``."""
         actor = nets.TanhGaussianActor(self.action_dim, self.hidden_dims)
         return actor(jnp.concatenate([obs, base_action], axis=-1))
-
-
-# -------------------------------------------------------------------------------------- the agent
 
 
 class EXPO(struct.PyTreeNode):
