@@ -228,9 +228,9 @@ def test_expo_with_expert_data_reaches_the_threshold_before_sac(tmp_path, record
     steps) later, or not within EXPO's steps + 250. Measured with `benchmarks/learning_tests.py`
     (JAXRL_TEST_SEED 0-4: data, agent and evaluation seeds): EXPO first reached -800 at 750, 750,
     750, 1,000 and 750 env steps, and SAC not within the 250 steps after. Run to 1,750 steps, SAC
-    first reached it at 1,250, 1,250, not, not and 1,250 (its best evaluation, -469 to -958,
-    comes at 1,250 and falls back to -1,000 or below: without LayerNorm its critic overestimates
-    the data's actions). EXPO keeps improving, but on seeds 2-4 it had not reached -400 within
+    first reached it at 1,250, 1,250, not, not and 1,250 (its best evaluation, -469 to -1,097 at
+    1,000-1,250 steps, falls back below -1,000: without LayerNorm its critic overestimates the
+    data's actions). EXPO keeps improving, but on seeds 2-4 it had not reached -400 within
     1,250 steps (-491, -539, -225 at 2,000). This test shows no lead over RLPD, which shares
     EXPO's critic (RLPD at UTD 4 first reached -400 at 1,000-1,250 env steps on data seed 0).
     """
