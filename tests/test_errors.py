@@ -184,7 +184,12 @@ def _field_docs(config_cls) -> dict[str, str]:
 
     docs = {}
     for cls in reversed(config_cls.__mro__[:-1]):  # a subclass's docstrings win; inherited kept
-        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+        source = textwrap.dedent(inspect.getsource(cls))
+        try:
+            tree = ast.parse(source)
+        except SystemError:  # CPython 3.11's "AST constructor recursion depth mismatch"
+            tree = ast.parse(source)  # (gh-106905, seen once under -n 2): a retry parses it
+        body = tree.body[0].body
         for node, nxt in zip(body, body[1:], strict=False):
             if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr):
                 docs[node.target.id] = nxt.value.value
