@@ -23,7 +23,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/mkdocs build --strict -q
-	$(BIN)/python -m pytest -q -n 2 --durations=15 tests
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15 tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

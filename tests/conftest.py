@@ -1,10 +1,31 @@
 import numbers
 import os
+import shutil
+import tempfile
 
 import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("MUJOCO_GL", "disable")
+
+# One persistent XLA compilation cache per test session, shared by the pytest-xdist workers and
+# the subprocesses tests start (they inherit the environment). Many tests compile the same
+# program more than once: a run, then its resume (the interrupted, killed and resumed runs of
+# the preemption tests recompile in every new process), and the single-seed runs a sweep is
+# compared with. A cache hit loads the same executable XLA built, so results are unchanged
+# (the bit-identical resume tests prove it on every run). Programs that compile in under a
+# second are not stored (JAX's default threshold). A user's own JAX_COMPILATION_CACHE_DIR is
+# kept and left in place.
+_OWN_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _OWN_CACHE = tempfile.mkdtemp(prefix="jaxrl-test-xla-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
+
+
+def pytest_unconfigure(config):
+    """The session's compilation cache goes with the process that made it (the controller)."""
+    if _OWN_CACHE is not None:
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
 @pytest.fixture
