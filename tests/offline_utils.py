@@ -243,3 +243,11 @@ def eval_pendulum(agent, episodes: int = 10, seed: int | None = None) -> float:
     returns = evaluate(agent, env, seed)
     env.close()
     return float(np.mean(returns))
+
+
+if __name__ == "__main__":
+    # `make test` starts this in the background before the layer and docs checks, so that the
+    # data exist (or are being made, under the lock) when the first test asks for them, rather
+    # than one xdist worker generating them inside a test while the other waits for the lock.
+    for kind in ("medium", "expert", "random", "medium-replay"):
+        pendulum_dataset(kind)
