@@ -1,6 +1,10 @@
+import ast
 import dataclasses
+import functools
 import gc
+import inspect
 import os
+import pathlib
 import re
 
 import jax
@@ -176,20 +180,30 @@ def test_cli_train_without_agent(capsys):
     assert "jaxrl train AGENT" in str(code)
 
 
+@functools.cache
+def _module_tree(path: str):
+    """A module's AST, parsed once per file.
+
+    CPython 3.11 sometimes raises "AST constructor recursion depth mismatch" (gh-106905) from
+    `ast.parse` under pytest-xdist, `inspect.getsource` of a class included; a retry parses the
+    same source. Reading the file and parsing it here keeps every parse behind that retry.
+    """
+    source = pathlib.Path(path).read_text()
+    for _ in range(2):
+        try:
+            return ast.parse(source)
+        except SystemError:
+            pass
+    return ast.parse(source)
+
+
 def _field_docs(config_cls) -> dict[str, str]:
     """Field docstrings, read from the source the way tyro reads them."""
-    import ast
-    import inspect
-    import textwrap
-
     docs = {}
     for cls in reversed(config_cls.__mro__[:-1]):  # a subclass's docstrings win; inherited kept
-        source = textwrap.dedent(inspect.getsource(cls))
-        try:
-            tree = ast.parse(source)
-        except SystemError:  # CPython 3.11's "AST constructor recursion depth mismatch"
-            tree = ast.parse(source)  # (gh-106905, seen once under -n 2): a retry parses it
-        body = tree.body[0].body
+        tree = _module_tree(inspect.getsourcefile(cls))
+        (node,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.__name__]
+        body = node.body
         for node, nxt in zip(body, body[1:], strict=False):
             if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr):
                 docs[node.target.id] = nxt.value.value
@@ -211,9 +225,9 @@ def test_cli_help_lists_every_config_field(agent, capsys, monkeypatch):
     for loop_flag in ("--env", "--total-steps", "--seed", "--num-envs", "--out", "--eval-every"):
         assert loop_flag in flags
     flat = _flat(help_text)
+    docs = _field_docs(config_cls)
     for field in dataclasses.fields(config_cls):  # every field's docstring is shown
-        doc = _field_docs(config_cls)[field.name]
-        assert _flat(doc) in flat, field.name
+        assert _flat(docs[field.name]) in flat, field.name
 
 
 # ------------------------------------------------------------------------------------- checkpoints
