@@ -1,3 +1,4 @@
+import ast
 import numbers
 import os
 import shutil
@@ -7,6 +8,24 @@ import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("MUJOCO_GL", "disable")
+
+# CPython 3.11 can raise "SystemError: AST constructor recursion depth mismatch" from ast.parse
+# when another thread converts an AST at the same time (gh-106905; the depth counter is shared by
+# the interpreter). Tests read config docstrings with inspect.getsource (which calls ast.parse)
+# and tyro parses them for --help; the failure is a race, so a retry parses the same source.
+_ast_parse = ast.parse
+
+
+def _parse_with_retry(*args, **kwargs):
+    for _ in range(2):
+        try:
+            return _ast_parse(*args, **kwargs)
+        except SystemError:
+            pass
+    return _ast_parse(*args, **kwargs)
+
+
+ast.parse = _parse_with_retry
 
 # One persistent XLA compilation cache per test session, shared by the pytest-xdist workers and
 # the subprocesses tests start (they inherit the environment). Many tests compile the same

@@ -182,19 +182,8 @@ def test_cli_train_without_agent(capsys):
 
 @functools.cache
 def _module_tree(path: str):
-    """A module's AST, parsed once per file.
-
-    CPython 3.11 sometimes raises "AST constructor recursion depth mismatch" (gh-106905) from
-    `ast.parse` under pytest-xdist, `inspect.getsource` of a class included; a retry parses the
-    same source. Reading the file and parsing it here keeps every parse behind that retry.
-    """
-    source = pathlib.Path(path).read_text()
-    for _ in range(2):
-        try:
-            return ast.parse(source)
-        except SystemError:
-            pass
-    return ast.parse(source)
+    """A module's AST, parsed once per file (conftest retries CPython 3.11's spurious failure)."""
+    return ast.parse(pathlib.Path(path).read_text())
 
 
 def _field_docs(config_cls) -> dict[str, str]:
