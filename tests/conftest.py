@@ -32,13 +32,15 @@ ast.parse = _parse_with_retry
 # program more than once: a run, then its resume (the interrupted, killed and resumed runs of
 # the preemption tests recompile in every new process), and the single-seed runs a sweep is
 # compared with. A cache hit loads the same executable XLA built, so results are unchanged
-# (the bit-identical resume tests prove it on every run). Programs that compile in under a
-# second are not stored (JAX's default threshold). A user's own JAX_COMPILATION_CACHE_DIR is
-# kept and left in place.
+# (the bit-identical resume tests prove it on every run). Every program is stored, however fast
+# it compiled (JAX's default keeps only those over a second): the many small ones (policies,
+# evaluation, normalizers) recur across tests, and storing them took 3% less CPU time on four
+# test files. A user's own JAX_COMPILATION_CACHE_DIR is kept and left in place.
 _OWN_CACHE = None
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _OWN_CACHE = tempfile.mkdtemp(prefix="jaxrl-test-xla-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 
 def pytest_unconfigure(config):

@@ -215,7 +215,7 @@ class ReinFlow(struct.PyTreeNode):
             return x, x
 
         steps = jnp.arange(num_steps, dtype=jnp.float32)
-        _, xs = jax.lax.scan(step, x0, (steps, eps), unroll=True)
+        _, xs = jax.lax.scan(step, x0, (steps, eps))
         xs = xs.at[-1].set(jnp.clip(xs[-1], -1.0, 1.0))
         return jnp.swapaxes(jnp.concatenate([x0[None], xs], axis=0), 0, 1)
 
