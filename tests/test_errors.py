@@ -308,6 +308,23 @@ def test_corrupt_newest_checkpoint(two_checkpoints):
     assert meta["step"] == 1
 
 
+def test_checkpoint_of_another_layout_is_named_intact_not_corrupt(two_checkpoints):
+    # What a checkpoint of an older jaxrl looks like: a field renamed, or one added since that
+    # holds no array (None, like a buffer column an agent does not use).
+    ckpt, directory = two_checkpoints
+    renamed = _tree(0)
+    renamed["params"]["kernel"] = renamed["params"].pop("w")
+    added = {**_tree(0), "extra": None}
+    for template, detail in ((renamed, "params/kernel"), (added, "extra")):
+        with pytest.raises(CheckpointError) as info:
+            ckpt.restore(template)
+        message = str(info.value)
+        assert "intact" in message and "another version of jaxrl" in message, message
+        assert detail in message and "corrupt" not in message and "delete" not in message
+    assert ckpt.all_steps() == [1, 2]  # nothing was touched
+    _assert_tree_equal(ckpt.restore(_tree(0))[0], _tree(2))
+
+
 def test_failed_save_keeps_last_good_checkpoint(two_checkpoints):
     ckpt, directory = two_checkpoints
     # The array state is written first; the metadata then fails to serialize mid-save.

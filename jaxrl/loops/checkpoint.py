@@ -164,6 +164,10 @@ class Checkpointer:
         except Exception as err:  # unreadable metadata: the checkpoint is damaged
             raise self._corrupt(step, path, err) from err
         expected = sorted(_shape(x) for x in jax.tree.leaves(savable))
+        only_saved, only_expected = _paths(saved) - _paths(savable), _paths(savable) - _paths(saved)
+        if only_saved or only_expected:  # intact, but laid out by other code
+            extra, missing = _names(only_saved), _names(only_expected)
+            raise self._other_layout(path, f"only in the checkpoint: {extra}; missing: {missing}")
         if saved_shapes != expected:
             only_saved = [x for x in saved_shapes if x not in expected][:3]
             only_expected = [x for x in expected if x not in saved_shapes][:3]
@@ -184,8 +188,20 @@ class Checkpointer:
             state = _from_savable(restored.state, template)
             _check_same_structure(state, template)
         except Exception as err:  # orbax raises many types for damaged files
+            message = str(err)
+            if "tree structures do not match" in message:  # e.g. a field added since (None)
+                fields = [ln.strip()[:-1] for ln in message.splitlines()[1:] if ln.endswith(":")]
+                raise self._other_layout(path, f"fields {_names(set(fields))}") from err
             raise self._corrupt(step, path, err) from err
         return state, restored.meta
+
+    def _other_layout(self, path: str, detail: str) -> CheckpointError:
+        return CheckpointError(
+            f"Checkpoint {path} is intact but holds a training state laid out differently from "
+            f"what this jaxrl expects ({detail}): it was written by another version of jaxrl "
+            "(config.json beside it names the version) or for another agent. Restore it with "
+            "the version that wrote it, or train into a new --out directory."
+        )
 
     def _corrupt(self, step: int, path: str, err: Exception) -> CheckpointError:
         older = [s for s in self.all_steps() if s < step]
@@ -199,6 +215,24 @@ class Checkpointer:
             f"Checkpoint {path} is corrupt ({type(err).__name__}: {detail}). To recover, "
             f"{fallback}, or train into a new --out directory."
         )
+
+
+def _paths(tree: Any) -> set[str]:
+    """The array leaves' paths as ``a/b/c``, the same for a saved metadata tree and a state."""
+
+    def name(key: Any) -> str:
+        for attr in ("key", "name", "idx"):
+            if hasattr(key, attr):
+                return str(getattr(key, attr))
+        return str(key)
+
+    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {"/".join(name(k) for k in path) for path, _ in flat}
+
+
+def _names(names: set[str]) -> str:
+    shown = ", ".join(sorted(names)[:3]) or "-"
+    return shown + (f" (and {len(names) - 3} more)" if len(names) > 3 else "")
 
 
 def _fmt(items: list[tuple[int, ...]]) -> str:
