@@ -298,6 +298,7 @@ _builtin(
     dataset_pretrain=True,
     horizon_field="bc_decay_steps",
 )
+_builtin("h2o", "off-policy", "agents.h2o:H2O:H2OConfig", needs_source=True)
 _builtin("bc", "offline", "offline.bc:BC:BCConfig", **_offline)
 _builtin("td3-bc", "offline", "offline.td3_bc:TD3BC:TD3BCConfig", **_offline)
 _builtin("cql", "offline", "offline.cql:CQL:CQLConfig", **_offline)

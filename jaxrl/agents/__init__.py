@@ -14,6 +14,7 @@ registry, the loops or anything above them (the import-linter contracts in ``pyp
 """
 
 from jaxrl.agents.expo import EXPO, EXPOConfig
+from jaxrl.agents.h2o import H2O, H2OConfig
 from jaxrl.agents.pets import PETS, PETSConfig
 from jaxrl.agents.ppo import PPO, PPOConfig
 from jaxrl.agents.reinflow import ReinFlow, ReinFlowConfig
@@ -24,6 +25,8 @@ from jaxrl.agents.tdmpc2 import TDMPC2, TDMPC2Config
 __all__ = [
     "EXPO",
     "EXPOConfig",
+    "H2O",
+    "H2OConfig",
     "PETS",
     "PETSConfig",
     "PPO",

@@ -23,10 +23,13 @@ from jaxrl.types import Batch, InfoDict, LossFn, Params
 # ----------------------------------------------------------------------------------------- losses
 
 
-def critic_loss(
-    critic_params: Params, agent: SAC, batch: Batch, key: jax.Array
-) -> tuple[jax.Array, InfoDict]:
-    """Soft Bellman residual, SAC eq. 5, with clipped double-Q (or REDQ subset) targets."""
+def soft_td_target(agent: Any, batch: Batch, key: jax.Array) -> jax.Array:
+    """SAC's TD target ``r + gamma (1 - d) (min_j Qtarg_j(s', a') [- alpha log pi(a'|s')])``.
+
+    ``a' ~ pi(s')`` from the current actor; the entropy term only with ``backup_entropy``. Shared
+    by the SAC-based agents whose critic losses weigh the rows (H2O). Returns ``[B]``, without
+    gradient.
+    """
     key_pi, key_sub = jax.random.split(key)
     next_dist = agent.actor.apply_fn(agent.actor.params, batch.next_obs)
     next_actions, next_log_probs = next_dist.sample_and_log_prob(key_pi)
@@ -34,9 +37,16 @@ def critic_loss(
     next_q = rl.subsample_ensemble(key_sub, next_qs, agent.config.num_min_qs)
     if agent.config.backup_entropy:
         next_q = next_q - agent.temp.apply_fn(agent.temp.params) * next_log_probs
-    target = jax.lax.stop_gradient(
+    return jax.lax.stop_gradient(
         rl.td_target(batch.reward, batch.terminal, next_q, agent.hparams["discount"])
     )
+
+
+def critic_loss(
+    critic_params: Params, agent: SAC, batch: Batch, key: jax.Array
+) -> tuple[jax.Array, InfoDict]:
+    """Soft Bellman residual, SAC eq. 5, with clipped double-Q (or REDQ subset) targets."""
+    target = soft_td_target(agent, batch, key)
     qs = agent.critic.apply_fn(critic_params, batch.obs, batch.action)
     loss = rl.ensemble_td_loss(qs, target) * 0.5
     return loss, {"critic/loss": loss, "critic/q_mean": qs.mean(), "critic/target": target.mean()}
