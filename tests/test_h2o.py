@@ -166,3 +166,55 @@ def test_update_scans_and_vmaps_over_seeds():
     ))(jnp.array([0.0, 1.0]))  # fmt: skip
     _, infos = run_all(sweep)
     assert float(infos["h2o/penalty"][0, 0]) == 0.0 and float(infos["h2o/penalty"][1, 0]) != 0.0
+
+
+# ------------------------------------------------------------------------------- learning (slow)
+
+REAL = "jax:pendulum?m=2.5"
+"""The test bed's "real" system: a pendulum 2.5 times heavier than the nominal simulator. The
+suite's SAC expert (trained on the nominal ``jax:pendulum``) returns about -150 on the simulator
+and -400 here (50 episodes, seed 0)."""
+
+
+@pytest.mark.slow
+def test_h2o_with_real_data_beats_the_simulator_alone_on_the_real_system(tmp_path, record_property):
+    """On the changed-physics test bed, evaluated on the real env, H2O beats the same agent
+    trained only on the simulator (h2o without --dataset), by at least 100 (20 episodes each).
+
+    The real data: 5,000 steps of the nominal expert's stochastic policy on ``REAL``. Both
+    agents: 2,500 env steps on ``jax:pendulum``, 4 updates per step, 64-64 networks, batch 128.
+    Measured on seed 0 (this machine, loaded): H2O -1209, simulator only -888; an ablation with
+    the penalty off and every weight 1 (SAC on the same mix) -946. At this budget the simulator
+    alone has learned the nominal swing-up (-173 on the simulator) and H2O, whose minibatches
+    are half heavy-pendulum data, has not; the acceptance line does not hold yet.
+    """
+    from jaxrl.data import save_d4rl
+    from jaxrl.loops import TrainConfig
+    from jaxrl.run import train
+    from jaxrl.run.collect import rollout_jax
+    from jaxrl.run.commands import evaluate_run
+    from jaxrl.run.runs import load_run
+    from tests.offline_utils import learning_seed, pendulum_policies
+
+    seed = learning_seed()
+    path = str(tmp_path / "real.hdf5")
+    expert = load_run(pendulum_policies()["expert"]).agent
+    save_d4rl(rollout_jax(REAL, expert, 5000, seed), path)
+    returns = {}
+    for arm, data in (("h2o", path), ("sim", None)):
+        out = str(tmp_path / arm)
+        cfg = TrainConfig(
+            env="jax:pendulum", dataset=data, total_steps=2500, num_envs=1, seed=seed,
+            eval_every=2500, eval_episodes=5, progress=False, tensorboard=False, out=out,
+        )  # fmt: skip
+        agent_cfg = H2OConfig(
+            hidden_dims=(64, 64), disc_hidden_dims=(64, 64), batch_size=128,
+            learning_starts=256, utd_ratio=4,
+        )  # fmt: skip
+        train("h2o", cfg, agent_cfg)
+        returns[arm] = evaluate_run(out, 20, env=REAL)["return_mean"]
+    print(f"on {REAL}: H2O {returns['h2o']:.1f}, simulator only {returns['sim']:.1f}")
+    threshold = returns["sim"] + 100.0
+    record_property("value", returns["h2o"])
+    record_property("threshold", threshold)
+    assert returns["h2o"] >= threshold
