@@ -9,6 +9,12 @@ their outputs estimate the dynamics ratio ``P_real(s'|s,a) / P_sim(s'|s,a)``, wh
   the simulator's next states are unlikely under the real dynamics), while the real data's Q-values
   are pushed up.
 
+The ratio is only as good as the discriminators: when the real data's ``(s, a)`` are easy to
+tell from the simulator's (rollouts of one policy against the learner's), ``d_sa`` saturates and
+``d_sas`` also separates by ``(s, a)``, which down-weights simulated rows even where the dynamics
+agree. Broad real data (the paper's D4RL medium-replay; random rollouts in the learning test)
+avoid it.
+
 Every minibatch row carries ``from_dataset`` (1 real, 0 simulated; the registry's
 ``needs_source``). Without real rows (no ``--dataset``) ``w = 1`` and the penalty is 0: the agent
 is SAC without the entropy term in the target, on simulator data only.
@@ -74,7 +80,10 @@ def dynamics_log_ratio(d_sa: jax.Array, d_sas: jax.Array) -> jax.Array:
 
     H2O's dynamics-ratio estimate: ``p(real|s,a,s') / p(sim|s,a,s')`` divided by
     ``p(real|s,a) / p(sim|s,a)``, with ``p(.|s,a,s') = softmax(d_sas + d_sa)`` and
-    ``p(.|s,a) = softmax(d_sa)`` (class 0 real), as in the authors' code.
+    ``p(.|s,a) = softmax(d_sa)`` (class 0 real), as in the authors' code. The ``d_sa`` terms
+    cancel: the estimate is ``d_sas[0] - d_sas[1]``, within ``[-4, 4]`` by the ``2 tanh``
+    outputs, so ``w >= exp(-4)`` and ``u <= 4`` (the ``w_min`` and ``u_max`` clips do not bind
+    at their defaults, in the authors' code either).
 
     Args:
         d_sa: ``[..., 2]`` outputs of ``d_sa``.
