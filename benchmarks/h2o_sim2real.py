@@ -1,20 +1,23 @@
 """H2O on a sim-to-real pendulum: real data and the simulator, against either alone.
 
-The "real" system is ``jax:pendulum`` with other physics (``--real``, by default a heavier
-pendulum, ``m=2.5``, whose torque moves it 2.5 times less); the simulator is the nominal
-``jax:pendulum``. The real dataset is a rollout (``jaxrl.run.collect.rollout_jax``) of the SAC
-expert of the test suite (``tests.offline_utils.pendulum_policies``, trained on the nominal
-simulator) on the real env: a medium policy there. Three agents, ``--seeds`` seeds each, every
-one evaluated with its deterministic policy on the real env (``jaxrl.run.commands.evaluate_run``):
+The paper's setup (Niu et al., 2022: the real system is the standard task with a dataset, the
+simulator the task with other physics): the "real" system is ``jax:pendulum`` (``--real``) and the
+simulator a pendulum under half its gravity (``--sim``, ``jax:pendulum?g=5``), where the torque
+almost lifts the pole straight up, so a policy learned there skips the swings the real pendulum
+needs. The real dataset (``--data-policy``) is a rollout (``jaxrl.run.collect.rollout_jax``) on the
+real env of a uniformly random policy (default, as the learning test) or of the SAC expert of the
+test suite (``tests.offline_utils.pendulum_policies``). Three agents, ``--seeds`` seeds each,
+every one evaluated with its deterministic policy on the real env
+(``jaxrl.run.commands.evaluate_run``):
 
-* **h2o**: ``jaxrl train h2o --dataset real.hdf5 --env jax:pendulum`` (real rows and simulator
+* **h2o**: ``jaxrl train h2o --dataset real.hdf5 --env SIM`` (real rows and simulator
   rollouts, half and half in every minibatch);
 * **h2o-sim**: the same agent without ``--dataset`` (simulator only);
 * **iql**: ``jaxrl train iql --dataset real.hdf5`` (the real data only, offline).
 
 Usage:
-    .venv/bin/python benchmarks/h2o_sim2real.py [--real 'jax:pendulum?m=2.5'] [--steps 10000]
-        [--seeds 3] [--episodes 50] [--out DIR]
+    .venv/bin/python benchmarks/h2o_sim2real.py [--real jax:pendulum] [--sim 'jax:pendulum?g=5']
+        [--data-policy random|expert] [--steps 10000] [--seeds 3] [--episodes 50] [--out DIR]
 
 Writes benchmarks/results/h2o_sim2real.{md,json} (``--out``).
 """
@@ -34,14 +37,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
 
-def real_dataset(real: str, steps: int, seed: int, path: str) -> float:
-    """Roll the nominal expert out on ``real`` into ``path``; returns the data's mean return."""
+def real_dataset(real: str, policy: str, steps: int, seed: int, path: str) -> float:
+    """Roll ``policy`` (random or expert) out on ``real`` into ``path``; the data's mean return."""
     from jaxrl.data import save_d4rl
     from jaxrl.run.collect import rollout_jax
     from jaxrl.run.runs import load_run
     from tests.offline_utils import pendulum_policies
 
-    data = rollout_jax(real, load_run(pendulum_policies()["expert"]).agent, steps, seed)
+    agent = None if policy == "random" else load_run(pendulum_policies()["expert"]).agent
+    data = rollout_jax(real, agent, steps, seed)
     save_d4rl(data, path)
     return float(data.episode_returns().mean())
 
@@ -60,7 +64,7 @@ def run_arm(arm: str, seed: int, data: str, args: argparse.Namespace, root: str)
         agent_cfg = registry.get("iql").config(max_steps=args.steps)
     else:
         cfg = TrainConfig(
-            env="jax:pendulum",
+            env=args.sim,
             dataset=data if arm == "h2o" else None,
             total_steps=args.steps,
             num_envs=1,
@@ -81,13 +85,14 @@ def write(results: dict, args: argparse.Namespace) -> None:
     lines = [
         "# H2O on a sim-to-real pendulum",
         "",
-        f"`benchmarks/h2o_sim2real.py`: real env `{args.real}`, simulator `jax:pendulum`; "
-        f"the real dataset: {results['data_steps']} steps of the nominal SAC expert on the real "
-        f"env (mean episode return {results['data_return']:.1f}). {args.steps} env steps "
+        f"`benchmarks/h2o_sim2real.py`: real env `{args.real}`, simulator `{args.sim}`; "
+        f"the real dataset: {results['data_steps']} steps of the {args.data_policy} policy on the "
+        f"real env (mean episode return {results['data_return']:.1f}). {args.steps} env steps "
         f"(H2O, one env, one update per step, warm-up {args.learning_starts}) or gradient steps "
         f"(IQL), default configs; every policy evaluated on the real env "
-        f"({args.episodes} episodes). Nominal expert on the real env: "
-        f"{results['expert_on_real']:.1f}; on the simulator: {results['expert_on_sim']:.1f}.",
+        f"({args.episodes} episodes). The test suite's SAC expert (trained on `jax:pendulum`) "
+        f"on the real env: {results['expert_on_real']:.1f}; on the simulator: "
+        f"{results['expert_on_sim']:.1f}.",
         "",
         "| agent | data | " + " | ".join(f"seed {s}" for s in results["seeds"]) + " | mean ± std |",
         "|---|---|" + "---|" * (len(results["seeds"]) + 1),
@@ -105,7 +110,9 @@ def write(results: dict, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--real", default="jax:pendulum?m=2.5", help="the real env's id")
+    parser.add_argument("--real", default="jax:pendulum", help="the real env's id")
+    parser.add_argument("--sim", default="jax:pendulum?g=5", help="the simulator's env id")
+    parser.add_argument("--data-policy", choices=("random", "expert"), default="random")
     parser.add_argument("--steps", type=int, default=10_000, help="env or gradient steps")
     parser.add_argument("--learning-starts", type=int, default=1_000)
     parser.add_argument("--data-steps", type=int, default=10_000)
@@ -126,9 +133,9 @@ def main(argv: list[str] | None = None) -> None:
         "steps": args.steps,
         "seeds": list(range(args.seeds)),
         "data_steps": args.data_steps,
-        "data_return": real_dataset(args.real, args.data_steps, 0, data),
+        "data_return": real_dataset(args.real, args.data_policy, args.data_steps, 0, data),
         "expert_on_real": evaluate_run(expert, args.episodes, env=args.real)["return_mean"],
-        "expert_on_sim": evaluate_run(expert, args.episodes, env="jax:pendulum")["return_mean"],
+        "expert_on_sim": evaluate_run(expert, args.episodes, env=args.sim)["return_mean"],
         "returns": {arm: [] for arm in ("h2o", "h2o-sim", "iql")},
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
     }

@@ -170,42 +170,49 @@ def test_update_scans_and_vmaps_over_seeds():
 
 # ------------------------------------------------------------------------------- learning (slow)
 
-REAL = "jax:pendulum?m=2.5"
-"""The test bed's "real" system: a pendulum 2.5 times heavier than the nominal simulator. The
-suite's SAC expert (trained on the nominal ``jax:pendulum``) returns about -150 on the simulator
-and -400 here (50 episodes, seed 0)."""
+REAL = "jax:pendulum"
+SIM = "jax:pendulum?g=5"
+"""The test bed, as the paper's (the real system is the standard task with a dataset, the simulator
+the same task with other physics, e.g. half the gravity): the nominal pendulum is the "real"
+system and a pendulum under half its gravity the simulator. There the torque almost lifts the
+pole straight up, so a policy learned in the simulator skips the swings the real pendulum needs."""
 
 
 @pytest.mark.slow
 def test_h2o_with_real_data_beats_the_simulator_alone_on_the_real_system(tmp_path, record_property):
-    """On the changed-physics test bed, evaluated on the real env, H2O beats the same agent
-    trained only on the simulator (h2o without --dataset), by at least 100 (20 episodes each).
+    """On the real system, H2O with scarce real data beats the same agent trained in the
+    simulator alone (h2o without --dataset) by at least 300 (20 evaluation episodes each).
 
-    The real data: 5,000 steps of the nominal expert's stochastic policy on ``REAL``. Both
-    agents: 2,500 env steps on ``jax:pendulum``, 4 updates per step, 64-64 networks, batch 128.
-    Measured on seed 0 (this machine, loaded): H2O -1209, simulator only -888; an ablation with
-    the penalty off and every weight 1 (SAC on the same mix) -946. At this budget the simulator
-    alone has learned the nominal swing-up (-173 on the simulator) and H2O, whose minibatches
-    are half heavy-pendulum data, has not; the acceptance line does not hold yet.
+    The real data: 5,000 steps (25 episodes) of a uniformly random policy on ``REAL``; they say
+    how the real pendulum moves, not how to swing it up (their mean return is about -1200).
+    Both agents: 2,500 env steps in ``SIM``, 4 updates per step, 64-64 networks, batch 128.
+    Measured on this machine (loaded), H2O / simulator only, seeds 0-4 (``JAXRL_TEST_SEED``):
+    -147 / -990, -270 / -1034, -159 / -1029, -521 / -1082, -149 / -1067 (margins 561-918; the
+    simulator-only policy returns about -100 in the simulator). 120-150 s here under another
+    job's load (110-130 s of CPU time).
+
+    Why random data: with narrow real data (rollouts of one policy) the discriminators tell the
+    sources apart by ``(s, a)`` alone, beyond what ``2 tanh``-bounded ``d_sa`` can express, and
+    ``d_sas`` takes up the rest: on seed 0, with 5,000 expert rows and *no* dynamics gap
+    (simulator = real system), the simulated rows' weights averaged about 0.3 and H2O returned
+    -1523 (-164 with every weight 1); with random data they averaged 0.6-0.95 and H2O returned -147.
     """
     from jaxrl.data import save_d4rl
     from jaxrl.loops import TrainConfig
     from jaxrl.run import train
     from jaxrl.run.collect import rollout_jax
     from jaxrl.run.commands import evaluate_run
-    from jaxrl.run.runs import load_run
-    from tests.offline_utils import learning_seed, pendulum_policies
+    from tests.offline_utils import learning_seed
 
     seed = learning_seed()
     path = str(tmp_path / "real.hdf5")
-    expert = load_run(pendulum_policies()["expert"]).agent
-    save_d4rl(rollout_jax(REAL, expert, 5000, seed), path)
+    save_d4rl(rollout_jax(REAL, None, 5000, seed), path)
     returns = {}
     for arm, data in (("h2o", path), ("sim", None)):
         out = str(tmp_path / arm)
         cfg = TrainConfig(
-            env="jax:pendulum", dataset=data, total_steps=2500, num_envs=1, seed=seed,
-            eval_every=2500, eval_episodes=5, progress=False, tensorboard=False, out=out,
+            env=SIM, dataset=data, total_steps=2500, num_envs=1, seed=seed,
+            eval_every=2500, eval_episodes=1, progress=False, tensorboard=False, out=out,
         )  # fmt: skip
         agent_cfg = H2OConfig(
             hidden_dims=(64, 64), disc_hidden_dims=(64, 64), batch_size=128,
@@ -214,7 +221,7 @@ def test_h2o_with_real_data_beats_the_simulator_alone_on_the_real_system(tmp_pat
         train("h2o", cfg, agent_cfg)
         returns[arm] = evaluate_run(out, 20, env=REAL)["return_mean"]
     print(f"on {REAL}: H2O {returns['h2o']:.1f}, simulator only {returns['sim']:.1f}")
-    threshold = returns["sim"] + 100.0
+    threshold = returns["sim"] + 300.0
     record_property("value", returns["h2o"])
     record_property("threshold", threshold)
     assert returns["h2o"] >= threshold
