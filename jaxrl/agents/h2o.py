@@ -25,7 +25,8 @@ Deviations from the authors' code (t6-thu/H2O, ``SimpleSAC/sim2real_sac.py``):
   default); the authors draw a separate batch of 256 real and 256 simulated rows for them.
 - The noise added to the simulated next states when ``u`` is estimated has the per-feature
   standard deviation of the minibatch's next observations (real and simulated rows together);
-  the authors use the standard deviation of their data.
+  the authors use the standard deviation of the states in their buffer's arrays when it is
+  built (the real data and 10 times as many zero rows reserved for simulated ones).
 - The temperature loss is SAC's ``alpha * (H - target)`` of ``jaxrl.agents.sac`` (the authors
   differentiate ``log_alpha * (H - target)``).
 - Observations are not normalized (the authors use raw states too).
