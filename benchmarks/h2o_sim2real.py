@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import tempfile
 import time
 
@@ -42,7 +43,9 @@ def real_dataset(real: str, policy: str, steps: int, seed: int, path: str) -> fl
     from jaxrl.data import save_d4rl
     from jaxrl.run.collect import rollout_jax
     from jaxrl.run.runs import load_run
-    from tests.offline_utils import pendulum_policies
+
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from offline_utils import pendulum_policies  # the test suite's SAC expert
 
     agent = None if policy == "random" else load_run(pendulum_policies()["expert"]).agent
     data = rollout_jax(real, agent, steps, seed)
@@ -99,7 +102,9 @@ def write(results: dict, args: argparse.Namespace) -> None:
     ]
     what = {"h2o": "real + simulator", "h2o-sim": "simulator only", "iql": "real data only"}
     for arm, returns in results["returns"].items():
-        cells = " | ".join(f"{r:.1f}" for r in returns)
+        # Seeds not run yet (a partial table, written after every seed) show as "-".
+        pending = ["-"] * (len(results["seeds"]) - len(returns))
+        cells = " | ".join([f"{r:.1f}" for r in returns] + pending)
         lines.append(
             f"| {arm} | {what[arm]} | {cells} | {np.mean(returns):.1f} ± {np.std(returns):.1f} |"
         )
@@ -122,7 +127,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from jaxrl.run.commands import evaluate_run
-    from tests.offline_utils import pendulum_policies
+
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from offline_utils import pendulum_policies  # the test suite's SAC expert
 
     start = time.perf_counter()
     root = tempfile.mkdtemp(prefix="h2o_sim2real-")
