@@ -164,10 +164,6 @@ class Checkpointer:
         except Exception as err:  # unreadable metadata: the checkpoint is damaged
             raise self._corrupt(step, path, err) from err
         expected = sorted(_shape(x) for x in jax.tree.leaves(savable))
-        only_saved, only_expected = _paths(saved) - _paths(savable), _paths(savable) - _paths(saved)
-        if only_saved or only_expected:  # intact, but laid out by other code
-            extra, missing = _names(only_saved), _names(only_expected)
-            raise self._other_layout(path, f"only in the checkpoint: {extra}; missing: {missing}")
         if saved_shapes != expected:
             only_saved = [x for x in saved_shapes if x not in expected][:3]
             only_expected = [x for x in expected if x not in saved_shapes][:3]
@@ -178,6 +174,10 @@ class Checkpointer:
                 "with the same options as that run (see config.json beside it), or train into a "
                 "new --out directory."
             )
+        only_saved, only_expected = _paths(saved) - _paths(savable), _paths(savable) - _paths(saved)
+        if only_saved or only_expected:  # intact, but laid out by other code
+            extra, missing = _names(only_saved), _names(only_expected)
+            raise self._other_layout(path, f"only in the checkpoint: {extra}; missing: {missing}")
         try:
             restored = self._manager.restore(
                 step,
