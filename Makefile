@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 # mkdocs-material prints a notice about MkDocs 2.0 on every build; the site builds with MkDocs 1.x.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: demo test lint docs bench bench-jax bench-offline peers peers-brax clean
+.PHONY: demo test lint docs gl bench bench-jax bench-offline peers peers-brax clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -13,10 +13,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[dev,sweep,export,docs]"
 	touch $(STAMP)
 
-## Train SAC on Pendulum-v1 (0.5-4 min on 2 CPU cores, depending on the machine): logs, checkpoint and plot in runs/demo.
+## Train SAC on Pendulum-v1 (0.5-4 min on 2 CPU cores, depending on the machine): logs, checkpoint
+## and plot in runs/demo, then a video of the trained policy (skipped, with a note, where it cannot render).
 demo: $(STAMP)
 	$(BIN)/jaxrl train sac --env Pendulum-v1 --total-steps 12000 --out runs/demo \
 	  --eval-every 2000 --eval-episodes 10 --learning-starts 1000 --seed 0
+	@err=$$($(BIN)/jaxrl eval runs/demo --episodes 1 --video runs/demo/videos/final.mp4 2>&1 >/dev/null) \
+	  && echo "video of the trained policy: runs/demo/videos/final.mp4" \
+	  || echo "no video (rendering is not possible here): $$(echo "$$err" | tail -n 1)"
+
+## The system libraries MuJoCo renders videos with, headless (EGL, OSMesa); Debian/Ubuntu, as root.
+gl:
+	apt-get install -y --no-install-recommends libegl1 libgl1 libosmesa6
 
 ## Check the layer contract and the docs, then run the test suite (learning tests included;
 ## 25-35 min on 2 idle cores depending on the CPU, two xdist workers). The learning tests' shared

@@ -4,7 +4,8 @@ What it holds: env ids and their options (``ids``: the parser and the option tab
 module, which imports no other one here), Gymnasium envs (``gym``) and their sim-to-real
 wrappers (``gym_sim2real``), JAX envs (``jax_envs``: ``VecEnv`` and ``make_jax_env``; cores in
 ``classic`` and ``brax_core``), their state (``state``) and wrappers (``wrappers``, ``sim2real``,
-``pushes``, ``privileged``), and domain randomization (``randomization``).
+``pushes``, ``privileged``), domain randomization (``randomization``), and rendering to frames
+(``render``: MuJoCo scenes and the OpenGL backend; ``draw``: the classic envs in numpy).
 
 What it may import: the core modules at the root of ``jaxrl`` (``errors``, ``normalization``,
 ...) and third-party simulators; not agents, datasets, loops or commands (the import-linter

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +36,7 @@ def _quiet_mujoco_warnings() -> None:
     mujoco.set_mju_user_warning(lambda msg: warnings.warn(f"MuJoCo: {msg}", stacklevel=2))
 
 
-def _resolve_factory(env_id: str) -> EnvFactory:
+def _resolve_factory(env_id: str, render: tuple[int, int] | None = None) -> EnvFactory:
     if is_jax_env(env_id):
         raise EnvError(
             f"Environment {env_id!r} is a JAX env: build it with jaxrl.envs.make_jax_env (the "
@@ -51,11 +52,20 @@ def _resolve_factory(env_id: str) -> EnvFactory:
             f"Unknown environment id {base!r} ({err}).{hint} Run "
             '`python -c "import gymnasium; print(list(gymnasium.registry))"` to list ids.'
         ) from None
+    kwargs: dict[str, Any] = {}
+    if render is not None:  # frames of copy 0; MuJoCo envs render at the size asked for
+        kwargs["render_mode"] = "rgb_array"
+        # pygame (classic control) draws off-screen: no display, no audio, no banner.
+        for var, value in (("SDL_VIDEODRIVER", "dummy"), ("SDL_AUDIODRIVER", "dummy")):
+            os.environ.setdefault(var, value)
+        os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+        if "mujoco" in str(gym.spec(base).entry_point):
+            kwargs["width"], kwargs["height"] = render
     if not options:
-        return lambda: gym.make(base)
+        return lambda: gym.make(base, **kwargs)
     from jaxrl.envs.gym_sim2real import wrap
 
-    return lambda: wrap(gym.make(base), options, env_id)
+    return lambda: wrap(gym.make(base, **kwargs), options, env_id)
 
 
 def episode_length(env_id: str) -> int:
@@ -135,10 +145,16 @@ class HostEnv:
         obs_dim / action_dim: flat observation and action sizes.
     """
 
-    def __init__(self, env_id: str, num_envs: int = 1, factory: EnvFactory | None = None):
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int = 1,
+        factory: EnvFactory | None = None,
+        render: tuple[int, int] | None = None,
+    ):
         if num_envs <= 0:
             raise EnvError(f"num_envs must be positive, got {num_envs}.")
-        factory = factory or _resolve_factory(env_id)
+        factory = factory or _resolve_factory(env_id, render)
         _quiet_mujoco_warnings()
         self.env_id, self.num_envs = env_id, num_envs
         self.vec = gym.vector.SyncVectorEnv(
@@ -205,6 +221,17 @@ class HostEnv:
             terminated.astype(bool),
             truncated.astype(bool),
         )
+
+    def render(self) -> np.ndarray:
+        """The current frame of copy 0 (``[H, W, 3]`` uint8); needs ``make_env(render=...)``."""
+        return np.asarray(self.vec.envs[0].render())
+
+    @property
+    def frame_rate(self) -> float:
+        """Frames per second of a real-time video: one frame per agent step."""
+        sim = self.vec.envs[0].unwrapped
+        dt = getattr(sim, "dt", None) or 1.0 / sim.metadata.get("render_fps", 30)
+        return 1.0 / (float(dt) * split_env_id(self.env_id)[1].get("decimation", 1))
 
     # -------------------------------------------------------------------- savable simulator state
 
@@ -303,7 +330,12 @@ def _stateful_wrappers(env: gym.Env) -> list[Any]:
     return found
 
 
-def make_env(env_id: str, num_envs: int = 1, factory: EnvFactory | None = None) -> HostEnv:
+def make_env(
+    env_id: str,
+    num_envs: int = 1,
+    factory: EnvFactory | None = None,
+    render: tuple[int, int] | None = None,
+) -> HostEnv:
     """Build a ``HostEnv`` from a Gymnasium id (validated, with suggestions for typos).
 
     Args:
@@ -314,8 +346,11 @@ def make_env(env_id: str, num_envs: int = 1, factory: EnvFactory | None = None) 
             is vectorized, in the order the JAX env ids use (``gym_sim2real.wrap``).
         num_envs: parallel copies.
         factory: builds one env instead of ``gym.make`` (``env_id`` is then only a label).
+        render: ``(width, height)``: build the envs in ``rgb_array`` render mode
+            (``HostEnv.render``; classic-control envs keep their own frame size). MuJoCo envs
+            render through OpenGL: call ``jaxrl.envs.render.gl_backend`` first.
 
     Raises:
         EnvError: unknown id or option, a Brax-only option, or an unusable option value.
     """
-    return HostEnv(env_id, num_envs, factory)
+    return HostEnv(env_id, num_envs, factory, render)

@@ -106,6 +106,19 @@ _NONNEGATIVE = (
 """Fields whose values multiply a physical quantity (or are one) that must stay >= 0."""
 
 
+MODEL_FIELDS = (
+    "geom_friction",
+    "body_mass",
+    "body_ipos",
+    "dof_armature",
+    "dof_damping",
+    "actuator_gainprm",
+    "actuator_biasprm",
+    "qpos0",
+)
+"""The MuJoCo model fields ``randomize`` may draw (a renderer copies them into its model)."""
+
+
 def field_names() -> tuple[str, ...]:
     """The names of ``Ranges``' fields, which are also env-id options."""
     return tuple(f.name for f in dataclasses.fields(Ranges))
@@ -322,6 +335,7 @@ def summary(model: Any) -> dict[str, jax.Array]:
 
 __all__ = [
     "BACKEND_UNSUPPORTED",
+    "MODEL_FIELDS",
     "Range",
     "Ranges",
     "check_backend",

@@ -12,6 +12,7 @@
 - ``offline``: gradient steps on a device-resident dataset.
 - ``plan``: model-predictive control on the true simulator (``jaxrl plan``), on the harness.
 - ``acting`` / ``evaluation``: how a registry entry acts (policy or planner) and evaluation.
+- ``video``: evaluation episodes rendered to mp4 (``--video-every``, ``jaxrl eval --video``).
 - ``checkpoint`` / ``logging``: atomic orbax checkpoints; metrics, TensorBoard, JSON, plots.
 - ``mesh``: the device mesh (members x data, ``--devices``), where each array lives, what the
   host reads back, and which process writes.

@@ -67,6 +67,17 @@ class TrainConfig:
     """Write TensorBoard event files."""
     wandb_project: str | None = None
     """Also log to this wandb project (opt-in; needs the wandb extra)."""
+    video_every: int | None = None
+    """Render one evaluation episode at every Nth evaluation point and the last one, to
+    DIR/videos/step_<step>.mp4, TensorBoard and wandb (MuJoCo scenes need OpenGL: EGL/OSMesa)."""
+    video_width: int = 320
+    """Video frame width in pixels (even)."""
+    video_height: int = 240
+    """Video frame height in pixels (even)."""
+    video_fps: float | None = None
+    """Video frames per second (default: real time, one frame per control step)."""
+    video_codec: str = "libx264"
+    """ffmpeg video codec of the mp4 files."""
     on_nonfinite: Literal["stop", "skip", "warn"] = "stop"
     """When an update leaves NaN in the agent: 'stop' (report the step and the non-finite losses,
     keep the last good checkpoint, exit with status 3), 'skip' (discard such updates and count
@@ -99,7 +110,16 @@ class TrainConfig:
             "checkpoint_every",
             "online_steps",
             "max_to_keep",
+            "video_every",
+            "video_width",
+            "video_height",
+            "video_fps",
         )
+        if self.video_width % 2 or self.video_height % 2:
+            raise ConfigError(
+                f"--video-width and --video-height must be even (H.264 needs it); got "
+                f"{self.video_width}x{self.video_height}."
+            )
         check_range(self, "seed", 0, 2**31 - 1)
         if self.offline_steps is not None:
             check_range(self, "offline_steps", 0, float("inf"))
@@ -181,6 +201,7 @@ def prepare_run_dir(out: str, config: dict[str, Any], check_only: bool = False) 
     ignore = {"total_steps", "online_steps", "offline_ratio", "online_lr_schedule"}
     ignore |= {"progress", "out"}
     ignore |= {"wandb_project", "tensorboard", "on_nonfinite", "max_to_keep"}
+    ignore |= {"video_every", "video_width", "video_height", "video_fps", "video_codec"}
     # A checkpoint restores on any number of devices and processes.
     ignore |= {"devices", "coordinator", "num_processes", "process_id"}
     for section in ("agent", "env", "seed", "agent_config", "train"):

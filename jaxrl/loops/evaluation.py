@@ -31,7 +31,12 @@ def _exploit(
 
 
 def evaluate(
-    agent: Any, env: HostEnv, seed: int, act_fn: Any = None, policy: Acting = POLICY
+    agent: Any,
+    env: HostEnv,
+    seed: int,
+    act_fn: Any = None,
+    policy: Acting = POLICY,
+    frames: list | None = None,
 ) -> np.ndarray:
     """Run one deterministic episode in each copy of ``env``; returns the ``[num_envs]`` returns.
 
@@ -39,6 +44,8 @@ def evaluate(
     ``act_fn(agent, obs)`` defaults to ``eval_act``: one compiled call per step, and no new
     compilation on later evaluations of an agent of the same structure. A planner (``policy``
     with a carry, see ``jaxrl.loops.acting``) plans at every step, its sampling keyed by ``seed``.
+    ``frames`` (a list) receives copy 0's frame before each of its steps (``env`` built with
+    ``make_env(..., render=...)``).
     """
     if policy is not POLICY:
         key = jax.random.key(seed)
@@ -55,12 +62,40 @@ def evaluate(
     returns = np.zeros(env.num_envs)
     running = np.ones(env.num_envs, bool)
     while running.any():
+        if frames is not None and running[0]:
+            frames.append(env.render())
         action = np.asarray(act_fn(agent, obs))
         _, obs, reward, terminated, truncated = env.step(action)
         first = terminated | truncated
         returns += reward * running
         running &= ~(terminated | truncated)
     return returns
+
+
+def _rollout(
+    agent: Any, env: Any, key: jax.Array, obs_stats: Any, policy: Acting, keep: Any
+) -> tuple[jax.Array, Any]:
+    """The first episode of each copy: returns ``[num_envs]`` and ``keep(state)`` per step."""
+    plan_key = jax.random.fold_in(key, 1)
+    state = env.reset(key)
+    if obs_stats is not None:
+        state = env.with_stats(state, obs_stats)
+
+    def body(carry: tuple[Any, ...], t: jax.Array) -> tuple[Any, Any]:
+        state, plan, ret, alive = carry
+        first = state.time == 0
+        k = jax.random.fold_in(plan_key, t)
+        kept = keep(state, alive)
+        action, plan = policy.exploit(agent, plan, state.obs, first, k)
+        state = env.step(state, action)
+        ret = ret + state.reward * alive
+        alive = alive * (1.0 - jnp.maximum(state.terminated, state.truncation))
+        return (state, plan, ret, alive), kept
+
+    ones = jnp.ones(env.num_envs, jnp.float32)
+    init = (state, policy.init(agent, env.num_envs), 0.0 * ones, ones)
+    (_, _, ret, _), kept = jax.lax.scan(body, init, jnp.arange(env.episode_length))
+    return ret, kept
 
 
 def evaluate_jax(
@@ -73,25 +108,29 @@ def evaluate_jax(
     A planner (``policy``) carries its plan through the episode. Pure: jit it, or vmap it over
     seeds.
     """
-    plan_key = jax.random.fold_in(key, 1)
-    state = env.reset(key)
-    if obs_stats is not None:
-        state = env.with_stats(state, obs_stats)
+    return _rollout(agent, env, key, obs_stats, policy, lambda state, alive: None)[0]
 
-    def body(carry: tuple[Any, ...], t: jax.Array) -> tuple[Any, None]:
-        state, plan, ret, alive = carry
-        first = state.time == 0
-        k = jax.random.fold_in(plan_key, t)
-        action, plan = policy.exploit(agent, plan, state.obs, first, k)
-        state = env.step(state, action)
-        ret = ret + state.reward * alive
-        alive = alive * (1.0 - jnp.maximum(state.terminated, state.truncation))
-        return (state, plan, ret, alive), None
 
-    ones = jnp.ones(env.num_envs, jnp.float32)
-    init = (state, policy.init(agent, env.num_envs), 0.0 * ones, ones)
-    (_, _, ret, _), _ = jax.lax.scan(body, init, jnp.arange(env.episode_length))
-    return ret
+def record_jax(
+    agent: Any, env: Any, key: jax.Array, obs_stats: Any = None, policy: Acting = POLICY
+) -> tuple[jax.Array, Any, jax.Array]:
+    """``evaluate_jax``, also keeping what frames of each copy's first episode need.
+
+    Returns:
+        ``(returns [num_envs], data, alive)``: ``data`` is ``render_data`` of every copy at
+        every step (leading ``[episode_length, num_envs]``), ``alive`` ``[episode_length,
+        num_envs]`` is 1 for the steps inside the first episode. Pure: jit it; pull the result
+        to the host once.
+    """
+    from jaxrl.envs.render import render_data
+
+    core = env.core
+
+    def keep(state: Any, alive: jax.Array) -> tuple[Any, jax.Array]:
+        return jax.vmap(lambda sim: render_data(core, sim))(state.sim), alive
+
+    ret, (data, alive) = _rollout(agent, env, key, obs_stats, policy, keep)
+    return ret, data, alive
 
 
 def evaluator(eval_env: Any, seed: int, policy: Acting = POLICY) -> Any:
@@ -112,4 +151,4 @@ def close_envs(*envs: Any) -> None:
             env.close()
 
 
-__all__ = ["close_envs", "eval_act", "evaluate", "evaluate_jax", "evaluator"]
+__all__ = ["close_envs", "eval_act", "evaluate", "evaluate_jax", "evaluator", "record_jax"]

@@ -30,7 +30,8 @@ from jaxrl.loops.device import (
 from jaxrl.loops.evaluation import evaluate_jax
 from jaxrl.loops.fused_metrics import chunk_metrics, episode_stats, member_rows
 from jaxrl.loops.harness import Harness
-from jaxrl.loops.mesh import host_array
+from jaxrl.loops.mesh import host_array, member
+from jaxrl.loops.video import Videos
 from jaxrl.registry import AgentSpec, refit_due
 from jaxrl.types import Rollout, Transition
 
@@ -352,6 +353,7 @@ def train_fused(
     run_chunk = compile_cache(lambda k: layout.traced(jit_chunk(iteration, k, unit, shardings)))
     policy = acting(spec)
     eval_fn = jax.jit(jax.vmap(lambda a, k, s: evaluate_jax(a, eval_env, k, s, policy)))
+    videos = Videos(cfg, h.loggers, eval_env, policy, step_offset)
     # Each member evaluates with its own seed's key, as its single run would.
     eval_key = jax.vmap(lambda s: jax.random.key(s + 10_000))(seed_array)
     eval_key = layout.place(eval_key, layout.stacked(eval_key))
@@ -376,6 +378,9 @@ def train_fused(
             if at.eval:
                 obs_stats = states.env.extras.get("obs_stats")
                 h.record_eval(mesh.host_array(eval_fn(states.agent, eval_key, obs_stats)), *rows)
+                for i, s in enumerate(seeds):
+                    stats = None if obs_stats is None else member(obs_stats, i)
+                    videos(h.step, member(states.agent, i), i, s + 10_000, stats)
             if at.log:
                 h.log(*rows)
             if at.save:

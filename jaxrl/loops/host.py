@@ -41,6 +41,7 @@ from jaxrl.loops.evaluation import evaluator
 from jaxrl.loops.harness import Harness
 from jaxrl.loops.host_state import HostState, LoopState, MinibatchSampler
 from jaxrl.loops.mesh import available_devices
+from jaxrl.loops.video import Videos
 from jaxrl.registry import AgentSpec, refit_due
 from jaxrl.types import Transition
 
@@ -192,6 +193,7 @@ def train_host(
         return jit_act(agent, plan, obs, first, act_key, step)
 
     evaluate_fn = evaluator(eval_env, cfg.seed + 10_000, policy)
+    videos = Videos(cfg, h.loggers, eval_env, policy, step_offset)
     info: dict[str, Any] = {}
     # With next actions the first step's rows enter the buffer one step late.
     learn_start = max(acfg.learning_starts, n if spec.needs_next_action else 0)
@@ -233,7 +235,10 @@ def train_host(
                 state = host.act(state, h.step, act_fn)
             host.end_step(result[2], result[3] | result[4])
             if at.log:
-                h.log(_row(h, host, info, state, at.eval and evaluate_fn, step_offset))
+                row = _row(h, host, info, state, at.eval and evaluate_fn, step_offset)
+                if at.eval:  # before the row is logged: the next interval's rate excludes it
+                    videos(h.step, state.agent, 0, cfg.seed + 10_000)
+                h.log(row)
             if at.save:
                 h.save(state, host.meta(step_offset))
         h.save_if_stopped(state, host.meta(step_offset))

@@ -130,17 +130,42 @@ class RunLogger:
             self.rows.append({"step": float(step), **kept})
         self._write_csv()
         if self._tensorboard:
-            if self._tb is None:
-                from tensorboardX import SummaryWriter
-
-                self._tb = SummaryWriter(self.out_dir, purge_step=self._purge_step)
-                self._purge_step = None
+            tb = self._writer()
             for k, v in clean.items():
-                self._tb.add_scalar(k, v, step)
-            self._tb.flush()
+                tb.add_scalar(k, v, step)
+            tb.flush()
         self.open()
         if self._wandb is not None:
             self._wandb.log(clean, step=step)
+
+    def _writer(self) -> Any:
+        """The TensorBoard writer, opened at the first use (after a resume: purging later steps)."""
+        if self._tb is None:
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(self.out_dir, purge_step=self._purge_step)
+            self._purge_step = None
+        return self._tb
+
+    def video(self, step: int, path: str, frames: Any, fps: float, tag: str = "eval/video") -> None:
+        """Send a rollout video (``path``, its ``frames``) to TensorBoard and wandb at ``step``.
+
+        TensorBoard gets a video summary: an animated GIF in an image summary, what
+        ``SummaryWriter.add_video`` writes (without its moviepy dependency). wandb gets the mp4.
+        """
+        if not self.writes:
+            return
+        if self._tensorboard:
+            from jaxrl.loops.video import tensorboard_video
+
+            tb = self._writer()
+            tb._get_file_writer().add_summary(tensorboard_video(tag, frames, fps), step)
+            tb.flush()
+        self.open()
+        if self._wandb is not None:
+            import wandb
+
+            self._wandb.log({tag: wandb.Video(path, format="mp4")}, step=step)
 
     def _write_csv(self) -> None:
         if not self.writes:

@@ -20,6 +20,7 @@ from jaxrl.loops.device import NONFINITE, compile_cache, guarded_updates, strong
 from jaxrl.loops.evaluation import evaluator
 from jaxrl.loops.harness import Harness
 from jaxrl.loops.mesh import check_data_parallel, host_array, make_layout, member
+from jaxrl.loops.video import Videos
 from jaxrl.registry import AgentSpec
 
 
@@ -131,6 +132,7 @@ def train_offline(
         )
     )
     evaluate_fn = evaluator(eval_env, cfg.seed + 10_000)
+    videos = Videos(cfg, h.loggers, eval_env)
     with h:
         while h.running():
             n = h.cadence.chunk(h.step)
@@ -148,6 +150,8 @@ def train_offline(
                     evaluate_fn(member(state.agent, i), s + 10_000) for i, s in enumerate(seeds)
                 ]
                 h.record_eval(np.stack(returns), *rows)
+                for i, s in enumerate(seeds):
+                    videos(h.step, member(state.agent, i), i, s + 10_000)
             if at.log:
                 h.log(*rows)
             if at.save:

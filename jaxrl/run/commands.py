@@ -6,6 +6,7 @@ form of the commands (``evaluate_run(DIR)`` returns what ``jaxrl eval DIR`` prin
 
 from __future__ import annotations
 
+import os
 from contextlib import closing
 from typing import Any
 
@@ -13,13 +14,23 @@ from jaxrl.errors import ConfigError
 
 
 def evaluate_run(
-    run_dir: str, episodes: int | None = None, env: str | None = None
+    run_dir: str,
+    episodes: int | None = None,
+    env: str | None = None,
+    step: int | None = None,
+    video: str | bool | None = None,
+    size: tuple[int, int] = (320, 240),
+    fps: float | None = None,
 ) -> dict[str, Any]:
-    """Restore the newest checkpoint of ``run_dir`` and evaluate its deterministic policy.
+    """Restore a checkpoint of ``run_dir`` and evaluate its deterministic policy.
 
     ``env`` evaluates it on another env with the same observation and action sizes as the
     one it trained on (default: that one): the "real" system of a sim-to-real experiment, or a
-    perturbed simulator (``jax:pendulum?m=1.3``). The result names the env.
+    perturbed simulator (``jax:pendulum?m=1.3``). The result names the env. ``step`` picks a
+    checkpoint (default: the newest). ``video`` (an mp4 path, or True for
+    ``DIR/videos/eval_step_<step>.mp4``) also renders the evaluation episodes there, one after
+    the other, at ``size`` (width, height) and ``fps`` (default: real time); rendering is
+    checked to work before anything is evaluated.
     """
     from jaxrl import registry
     from jaxrl.envs import make_env
@@ -30,11 +41,15 @@ def evaluate_run(
 
     if episodes is not None and episodes < 1:
         raise ConfigError(f"--episodes must be at least 1, got {episodes}.")
-    run = load_run(run_dir)
+    run = load_run(run_dir, step)
     episodes = episodes or run.train_config.eval_episodes
     env_id = env or run.config["env"]
     if env:
         _check_same_spaces(run, env)
+    if video:
+        from jaxrl.loops.video import check_rendering
+
+        check_rendering(env_id)
     seed = run.train_config.seed + 20_000
     spec = registry.get(run.config["agent"])
     policy = acting(spec)
@@ -45,6 +60,7 @@ def evaluate_run(
         fn = jax.jit(lambda a, s: evaluate_jax(a, eval_env, jax.random.key(seed), s, policy))
         returns = fn(run.agent, run.obs_stats)
     else:
+        eval_env = env_id
         with closing(make_env(env_id, episodes)) as env:
             returns = evaluate(run.agent, env, seed, policy=policy)
     result = {
@@ -57,6 +73,15 @@ def evaluate_run(
     }
     if run.config.get("dataset"):
         result["normalized_score"] = dataset_score(run.config, result["return_mean"])
+    if video:
+        from jaxrl.loops.video import episode_frames, write_video
+
+        frames, rate = episode_frames(
+            run.agent, eval_env, seed, size, episodes, run.obs_stats, policy
+        )
+        if video is True:
+            video = os.path.join(run_dir, "videos", f"eval_step_{result['step']}.mp4")
+        result["video"] = write_video(video, frames, fps or rate)
     return result
 
 

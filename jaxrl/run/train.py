@@ -55,6 +55,10 @@ def train(agent_name: str, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     spec = registry.get(agent_name)
     if train_cfg.env:  # settings derived from the env, and the agent's refusals of it
         agent_cfg = spec.for_env(agent_cfg, train_cfg.env)
+    if train_cfg.video_every and train_cfg.env:  # before the run directory is made
+        from jaxrl.loops.video import check_rendering
+
+        check_rendering(train_cfg.env)
     if train_cfg.dataset:
         return _train_with_dataset(spec, train_cfg, agent_cfg)
     if train_cfg.online_steps or train_cfg.offline_steps is not None:
