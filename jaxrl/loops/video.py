@@ -23,6 +23,7 @@ from jaxrl.envs.gym import HostEnv, make_env
 from jaxrl.errors import ConfigError, EnvError
 from jaxrl.loops.acting import POLICY, Acting
 from jaxrl.loops.evaluation import evaluate, record_jax
+from jaxrl.loops.mesh import host_array
 
 
 def check_rendering(env_id: str) -> None:
@@ -175,8 +176,15 @@ class Videos:
         return step >= self.cfg.total_steps or (-(-step // self.cfg.eval_every)) % every == 0
 
     def __call__(self, step: int, agent: Any, i: int, seed: int, obs_stats: Any = None) -> None:
-        """Film member ``i`` (``agent``, evaluation ``seed``) if ``step`` is due."""
-        if not self.due(step) or not self.loggers[i].writes:
+        """Film member ``i`` (``agent``, evaluation ``seed``) if ``step`` is due.
+
+        Every process of a run calls it (the agent is gathered from all); process 0 films.
+        """
+        if not self.due(step):
+            return
+        if jax.process_count() > 1:  # every process takes part in gathering the member's agent
+            agent, obs_stats = jax.tree.map(host_array, (agent, obs_stats))
+        if not self.loggers[i].writes:  # process 0 renders and writes
             return
         cfg = self.cfg
         if not isinstance(self.env, str) and self._rollout is None:
