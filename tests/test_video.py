@@ -169,3 +169,28 @@ def test_video_options_are_checked():
         TrainConfig(video_every=1, video_width=95)
     with pytest.raises(ConfigError, match="video_every"):
         TrainConfig(video_every=0)
+
+
+def test_eval_command_films_the_evaluation_episodes(tmp_path, capsys):
+    import json
+
+    from jaxrl.cli import main
+
+    out = str(tmp_path / "run")
+    main(["train", "sac", "--env", "Pendulum-v1", "--total-steps", "100", "--learning-starts", "50",
+          "--hidden-dims", "8", "--eval-every", "50", "--eval-episodes", "1", "--no-progress",
+          "--no-tensorboard", "--out", out])  # fmt: skip
+    capsys.readouterr()
+    main(["eval", out, "--episodes", "2", "--video", "--width", "64", "--height", "48"])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["video"] == os.path.join(out, "videos", "eval_step_100.mp4")
+    frames = [f for f in imageio.get_reader(result["video"])]
+    assert len(frames) == 400 and frames[0].shape == (48, 64, 3)  # two 200-step episodes
+    mine = str(tmp_path / "at50.mp4")
+    main(["eval", out, "--episodes", "1", "--step", "50", "--video", mine, "--fps", "10"])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["step"] == 50 and result["video"] == mine
+    assert imageio.get_reader(mine).get_meta_data()["fps"] == 10
+    with pytest.raises(SystemExit) as err:
+        main(["eval", out, "--video", "--width", "65"])
+    assert err.value.code == 2 and "even" in capsys.readouterr().err
