@@ -125,18 +125,44 @@ def _tensorboard_tags(run_dir):
     return found
 
 
+class _Wandb:
+    """A stand-in ``wandb`` module: records what runs log (no network)."""
+
+    def __init__(self):
+        self.logged = []
+
+    def init(self, **kwargs):
+        return self
+
+    def log(self, values, step):
+        self.logged.append((step, values))
+
+    def finish(self, exit_code=0):
+        pass
+
+    class Video:
+        def __init__(self, path, format):
+            self.path, self.format = path, format
+
+
 @pytest.mark.slow
-def test_video_every_writes_videos_at_its_evaluation_points(tmp_path):
+def test_video_every_writes_videos_at_its_evaluation_points(tmp_path, monkeypatch):
     from jaxrl.loops import TrainConfig
     from jaxrl.run.train import train
 
+    wandb = _Wandb()
+    monkeypatch.setitem(sys.modules, "wandb", wandb)
     out = str(tmp_path / "run")
     cfg = TrainConfig(
         env="jax:pendulum?episode_length=30", total_steps=640, num_envs=4, out=out,
         eval_every=128, eval_episodes=2, log_every=64, video_every=2, video_width=64,
-        video_height=48, progress=False,
+        video_height=48, progress=False, wandb_project="p",
     )  # fmt: skip
     train("sac", cfg, SACConfig(hidden_dims=(16,), learning_starts=64))
+    sent = [(step, v["eval/video"]) for step, v in wandb.logged if "eval/video" in v]
+    assert [(s, os.path.basename(v.path), v.format) for s, v in sent] == [
+        (k, f"step_{k}.mp4", "mp4") for k in (256, 512, 640)
+    ]
     # Evaluation points at 128, 256, ..., 640: every 2nd (256, 512) and the last one.
     videos = sorted(os.listdir(os.path.join(out, "videos")))
     assert videos == ["step_256.mp4", "step_512.mp4", "step_640.mp4"]
