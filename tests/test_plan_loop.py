@@ -89,6 +89,19 @@ def test_stopped_plan_run_resumes_like_an_uninterrupted_one(tmp_path, monkeypatc
     assert "nothing to do" in capsys.readouterr().out
 
 
+def test_video_films_every_planned_episode(tmp_path):
+    import imageio.v2 as imageio
+
+    out = tmp_path / "plan"
+    main(["plan", "--env", "jax:pendulum?episode_length=5", "--episodes", "2", *TINY, "--video"]
+         + ["--out", str(out)])  # fmt: skip
+    assert sorted(p.name for p in (out / "videos").iterdir()) == ["episode_0.mp4", "episode_1.mp4"]
+    for name in ("episode_0.mp4", "episode_1.mp4"):
+        frames = [f for f in imageio.get_reader(out / "videos" / name)]
+        assert len(frames) == 5 and frames[0].shape == (240, 320, 3)
+        assert frames[0].std() > 5 and np.abs(frames[0].astype(int) - frames[-1]).mean() > 0
+
+
 def test_plan_refuses_a_training_run_directory(tmp_path, capsys):
     out = tmp_path / "run"
     (out / "checkpoints").mkdir(parents=True)

@@ -71,6 +71,9 @@ class PlanRunConfig:
     """Show a progress bar."""
     tensorboard: bool = True
     """Write TensorBoard event files."""
+    video: bool = False
+    """Render every episode to DIR/videos/episode_<k>.mp4 and TensorBoard (320x240, real time;
+    an episode a stop interrupted is filmed from where the run resumed)."""
 
     def __post_init__(self) -> None:
         check_positive(self, "episodes")
@@ -224,12 +227,29 @@ def plan_run(run: PlanRunConfig, planner: PlannerConfig | None = None) -> dict[s
     out = run.out or default_plan_out(run, planner)
     if os.path.isdir(os.path.join(out, "checkpoints")) and not _is_plan_run(out):
         raise ConfigError(f"{out} holds a training run (checkpoints/); use another --out.")
+    if run.video:  # before the run directory is made
+        from jaxrl.loops.video import check_rendering
+
+        check_rendering(run.env)
     env = make_jax_env(run.env, 1)
     try:
         prepare_run_dir(out, plan_config(run, planner))
         return _plan_episodes(env, run, planner, out)
     finally:
         env.close()
+
+
+def _film(env: Any, env_id: str, clip: list, h: Harness, name: str) -> None:
+    """Render one episode's simulator states (``clip``) to ``videos/<name>.mp4`` and TensorBoard."""
+    from jaxrl.envs.render import frame_rate, render_data, render_frames
+    from jaxrl.loops.video import write_video
+
+    data = [render_data(env.core, sim) for sim in clip]
+    frames = render_frames(env.core, jax.tree.map(lambda *x: np.stack(x), *data), 320, 240)
+    fps = frame_rate(env_id, env.core)
+    logger = h.loggers[0]
+    path = write_video(os.path.join(logger.out_dir, "videos", f"{name}.mp4"), frames, fps)
+    logger.video(h.step, path, frames, fps)
 
 
 def _is_plan_run(out: str) -> bool:
@@ -277,7 +297,7 @@ def _plan_episodes(env: Any, run: PlanRunConfig, planner: PlannerConfig, out: st
     def record() -> dict[str, Any]:
         return {"returns": returns, "lengths": lengths, "latency_s": latencies}
 
-    saved = None
+    saved, clip = None, []
     with h:
         while h.running():
             key, k_plan = jax.random.split(state.key)
@@ -286,6 +306,8 @@ def _plan_episodes(env: Any, run: PlanRunConfig, planner: PlannerConfig, out: st
             action, carry, _ = plan_step(state.env, state.plan, first, k_plan)
             action.block_until_ready()
             latencies.append(time.perf_counter() - tic)
+            if run.video:  # what this step's frame needs, before the step
+                clip.append(jax.device_get(jax.tree.map(lambda x: x[0], state.env.sim)))
             state = state.replace(env=step(state.env, action), plan=carry, key=key)
             h.advance(1)
             info = jax.device_get(state.env.info)
@@ -298,6 +320,9 @@ def _plan_episodes(env: Any, run: PlanRunConfig, planner: PlannerConfig, out: st
                 row |= {"plan/latency_ms_median": lat["median"], "plan/latency_ms_p90": lat["p90"]}
                 row["time/env_steps_per_s"] = h.rate()
                 h.record_eval([returns[-1]], row)
+                if clip:
+                    _film(env, run.env, clip, h, f"episode_{len(returns) - 1}")
+                    clip = []
                 if len(returns) >= run.episodes:
                     h.end_budget_here()
                 h.log(row)
