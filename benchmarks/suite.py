@@ -31,7 +31,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from suite_report import read_json, write_report  # benchmarks/ is on sys.path as a script
+# benchmarks/ is on sys.path as a script
+from suite_report import archive_dir, archive_run, finished_dir, read_json, write_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = os.path.join(ROOT, "benchmarks", "peers")
@@ -237,12 +238,14 @@ def smoke_suite() -> list[Run]:
 SUITES: dict[str, Callable[[], list[Run]]] = {"full": full_suite, "smoke": smoke_suite}
 
 
-def state(run: Run, root: str, done: set[str]) -> tuple[str, str]:
+def state(run: Run, root: str, done: set[str], archive: str) -> tuple[str, str]:
     """``(state, detail)`` of a run: done, partial, blocked, no-venv or pending."""
     out = os.path.join(root, run.name)
-    summary = read_json(os.path.join(out, run.marker))
-    if summary is not None and summary.get("completed", True):
-        return "done", f"{summary.get('wall_clock_s', 0.0):.0f} s"
+    found = finished_dir(run, root, archive)
+    if found is not None:
+        summary = read_json(os.path.join(found, run.marker)) or {}
+        where = "" if found == out else " (archived)"
+        return "done", f"{summary.get('wall_clock_s', 0.0):.0f} s{where}"
     missing = [n for n in run.needs if n not in done]
     if missing:
         return "blocked", "needs " + ", ".join(missing)
@@ -263,11 +266,11 @@ def _last_step(out: str) -> int:
         return 0
 
 
-def finished(runs: list[Run], root: str) -> set[str]:
-    """Names of the runs whose directories hold a completed ``summary.json``."""
+def finished(runs: list[Run], root: str, archive: str) -> set[str]:
+    """Names of the runs whose directories (or archives) hold a completed ``summary.json``."""
     done: set[str] = set()
     for run in runs:  # in order, so that a run's needs are settled before it
-        if state(run, root, done)[0] == "done":
+        if state(run, root, done, archive)[0] == "done":
             done.add(run.name)
     return done
 
@@ -327,10 +330,11 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [r for r in runs if not a.only or any(fnmatch.fnmatch(r.name, o) for o in a.only)]
     if not chosen:
         p.error(f"--only {a.only} matches none of the {len(runs)} runs (see --list)")
-    done = finished(runs, root)
+    archive = archive_dir(a.results, a.suite)
+    done = finished(runs, root, archive)
     if a.list:
         for r in chosen:
-            st, detail = state(r, root, done)
+            st, detail = state(r, root, done, archive)
             print(f"{st:8} {r.name:58} {r.budget:>9,} {r.unit:16} {detail}")
         print(f"{sum(r.name in done for r in chosen)}/{len(chosen)} runs done")
         return 0
@@ -346,9 +350,10 @@ def main(argv: list[str] | None = None) -> int:
             f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}\n")
         print(msg, flush=True)
 
+    by_name = {r.name: r for r in runs}
     count = 0
     for r in chosen:
-        st, detail = state(r, root, done)
+        st, detail = state(r, root, done, archive)
         if st in ("done", "blocked", "no-venv"):
             if st != "done":
                 log(f"skip {r.name}: {detail}")
@@ -356,18 +361,27 @@ def main(argv: list[str] | None = None) -> int:
         if a.max_runs is not None and count >= a.max_runs:
             break
         count += 1
+        # A need finished in an earlier checkout is archived, but its files (a dataset) are not:
+        # remake it here first (deterministic given its seed on one machine).
+        todo = [by_name[n] for n in r.needs if finished_dir(by_name[n], root, None) is None]
         try:
-            rc = execute(r, root, log)
+            for run in (*todo, r):
+                before = read_json(os.path.join(archive, run.name, "manifest.json"))
+                rc = execute(run, root, log)
+                after = read_json(os.path.join(root, run.name, "manifest.json"))
+                if before and after and before.get("files") != after.get("files"):
+                    log(f"{run.name}: remade files differ from the archived ones (other CPU?)")
+                if finished_dir(run, root, None) is None:
+                    log(f"failed {run.name} (exit {rc}); see {os.path.join(root, run.name)}.log")
+                    break
+                done.add(run.name)
+                written = archive_run(run, root, archive)
+                written += write_report(runs, root, a.results, a.suite)
+                if a.commit:
+                    _commit(written, f"benchmarks/results/suite: {run.name} finished")
         except Stop:
             log("stopped: rerun the same command to continue")
             return 130
-        if state(r, root, done)[0] == "done":
-            done.add(r.name)
-            written = write_report(runs, root, a.results, a.suite)
-            if a.commit:
-                _commit(written, f"benchmarks/results/suite: {r.name} finished")
-        else:
-            log(f"failed {r.name} (exit {rc}); see {os.path.join(root, r.name)}.log")
     write_report(runs, root, a.results, a.suite)
     return 0
 

@@ -1,5 +1,11 @@
 """Tables and plots of the results suite (``benchmarks/suite.py``), from its run directories.
 
+A finished run is also archived under ``results/suite_runs/NAME/``: its ``summary.json``,
+``config.json`` and the evaluation rows of ``metrics.csv`` (a dataset recipe: its manifest and the
+expert's summary). The archive is committed, so a fresh checkout (where ``runs/`` is empty) still
+knows which runs are finished and still draws the table and the curves; only the datasets are
+remade, when a run that reads them is still to do.
+
 A cell is one (section, task, library, agent) with its seeds. Its figures come from each finished
 run's ``summary.json``: the final evaluation's mean return (``EVAL_EPISODES`` deterministic
 episodes), the D4RL-normalized score where the task has references, and the wall time. A cell
@@ -8,6 +14,7 @@ with fewer finished seeds than declared says so; nothing missing is filled in.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import platform
@@ -38,6 +45,44 @@ def read_json(path: str) -> dict | None:
         return None
 
 
+def archive_dir(results: str, suite: str) -> str:
+    """Where the finished runs of ``suite`` are archived (committed beside its table)."""
+    return os.path.join(results, "suite_runs" if suite == "full" else f"suite_{suite}_runs")
+
+
+def finished_dir(run: Any, root: str, archive: str | None) -> str | None:
+    """The directory holding ``run``'s finished marker: its run directory, else its archive."""
+    for base in (b for b in (root, archive) if b is not None):
+        summary = read_json(os.path.join(base, run.name, run.marker))
+        if summary is not None and summary.get("completed", True):
+            return os.path.join(base, run.name)
+    return None
+
+
+def archive_run(run: Any, root: str, archive: str) -> list[str]:
+    """Copy a finished run's small files into the archive; return the paths written."""
+    out, dest = os.path.join(root, run.name), os.path.join(archive, run.name)
+    manifest = read_json(os.path.join(out, "manifest.json")) or {}
+    expert = os.path.join(manifest.get("expert_run", ""), "summary.json")
+    names = ("summary.json", "config.json", "manifest.json", expert)
+    written = []
+    for name in (n for n in names if os.path.isfile(os.path.join(out, n))):
+        os.makedirs(os.path.dirname(os.path.join(dest, name)), exist_ok=True)
+        shutil.copyfile(os.path.join(out, name), os.path.join(dest, name))
+        written.append(os.path.join(dest, name))
+    if os.path.isfile(os.path.join(out, "metrics.csv")):  # the evaluation rows only: small
+        with open(os.path.join(out, "metrics.csv"), newline="") as f:
+            rows = list(csv.DictReader(f))
+        if rows:
+            cols = list(rows[0])
+            with open(os.path.join(dest, "metrics.csv"), "w", newline="") as f:
+                w = csv.DictWriter(f, cols, extrasaction="ignore")
+                w.writeheader()
+                w.writerows(r for r in rows if r.get("eval_return"))
+            written.append(os.path.join(dest, "metrics.csv"))
+    return written
+
+
 def _cpu() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -49,7 +94,7 @@ def _cpu() -> str:
     return platform.processor() or platform.machine()
 
 
-def collect(runs: list, root: str) -> list[dict[str, Any]]:
+def collect(runs: list, root: str, archive: str) -> list[dict[str, Any]]:
     """One dict per cell: its runs' final returns, normalized scores and wall times."""
     cells: dict[tuple, dict[str, Any]] = {}
     for r in runs:
@@ -71,11 +116,11 @@ def collect(runs: list, root: str) -> list[dict[str, Any]]:
                 "missing": [],
             },
         )
-        out = os.path.join(root, r.name)
-        summary = read_json(os.path.join(out, r.marker))
-        if summary is None or not summary.get("completed", True):
+        out = finished_dir(r, root, archive)
+        if out is None:
             cell["missing"].append(r.seed)
             continue
+        summary = read_json(os.path.join(out, r.marker)) or {}
         cell["seeds"].append(r.seed)
         cell["dirs"].append(out)
         if r.section == "datasets":  # the recipe's manifest; its time is the expert run's
@@ -166,7 +211,10 @@ def _plots(cells: list[dict[str, Any]], results: str) -> list[str]:
     tasks: dict[tuple[str, str], list[str]] = defaultdict(list)
     for c in cells:
         if c["section"] != "datasets":
-            tasks[(c["section"], c["task"])] += c["dirs"]
+            # Runs recovered without their curves (only a summary) are in the table, not here.
+            tasks[(c["section"], c["task"])] += [
+                d for d in c["dirs"] if os.path.isfile(os.path.join(d, "metrics.csv"))
+            ]
     for (section, task), dirs in sorted(tasks.items()):
         if not dirs:
             continue
@@ -216,8 +264,9 @@ def _iqm_plot(cells: list[dict[str, Any]], section: str, results: str) -> str | 
 
 def write_report(runs: list, root: str, results: str, suite: str) -> list[str]:
     """Write ``suite.md``, ``suite.json`` and the plots into ``results``; return their paths."""
-    cells = collect(runs, root)
+    cells = collect(runs, root, archive_dir(results, suite))
     os.makedirs(results, exist_ok=True)
+    plots = _plots(cells, results) if suite == "full" else []  # first: the table links them
     stem = "suite" if suite == "full" else f"suite_{suite}"
     done = sum(len(c["seeds"]) for c in cells)
     total = done + sum(len(c["missing"]) for c in cells)
@@ -244,8 +293,13 @@ def write_report(runs: list, root: str, results: str, suite: str) -> list[str]:
         if suite == "full" and any(c["normalized_mean"] is not None for c in part):
             lines += [f"![IQM of the normalized scores]({png})", ""]
         for task in dict.fromkeys(c["task"] for c in part if c["dirs"]):
-            if section != "datasets" and suite == "full":
-                lines += [f"![{task}](suite_{section}_{task.replace(':', '-')}.png)", ""]
+            png = f"suite_{section}_{task.replace(':', '-')}.png"
+            if (
+                section != "datasets"
+                and suite == "full"
+                and os.path.isfile(os.path.join(results, png))
+            ):
+                lines += [f"![{task}]({png})", ""]
     lines += [
         "Rerun one cell (it resumes; finished runs are skipped): "
         "`.venv/bin/python benchmarks/suite.py --only 'online/Hopper-v5/jaxrl-sac/*'`; "
@@ -259,5 +313,4 @@ def write_report(runs: list, root: str, results: str, suite: str) -> list[str]:
     with open(js + ".tmp", "w") as f:
         json.dump({"cpu": _cpu(), "cores": os.cpu_count(), "cells": cells}, f, indent=1)
     os.replace(js + ".tmp", js)
-    plots = _plots(cells, results) if suite == "full" else []
     return [md, js, *plots]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -76,6 +77,17 @@ def test_a_stopped_suite_resumes_and_never_repeats_a_finished_run(tmp_path):
     assert sorted(len(c["seeds"]) for c in table["cells"]) == [1, 1]
     md = (tmp_path / "results" / "suite_smoke.md").read_text()
     assert "2 of 2 runs finished" in md and "not run yet" not in md
+
+    # A fresh checkout has no runs/ but the committed archive: still finished, still in the table.
+    archived = tmp_path / "results" / "suite_smoke_runs" / "online" / "jax:pendulum" / "jaxrl-td3"
+    assert _eval_steps(archived / "s0") == steps
+    shutil.rmtree(tmp_path / "runs")
+    listing = subprocess.run(_suite(tmp_path, "--list"), capture_output=True, text=True).stdout
+    assert "2/2 runs done" in listing and listing.count("(archived)") == 2, listing
+    subprocess.run(_suite(tmp_path, "--report"), check=True, capture_output=True)
+    again = json.loads((tmp_path / "results" / "suite_smoke.json").read_text())
+    drop = lambda cells: [{k: v for k, v in c.items() if k != "dirs"} for c in cells]  # noqa: E731
+    assert drop(again["cells"]) == drop(table["cells"])
 
 
 def test_only_selects_runs_and_rejects_a_pattern_that_matches_none(tmp_path):
