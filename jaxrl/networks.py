@@ -1,17 +1,27 @@
-"""Network modules shared by every agent: MLPs, Q ensembles and actor heads."""
+"""Network modules shared by every agent: MLPs, Q ensembles, actor heads, batch renormalization.
+
+The optimizer helpers every agent uses with them (``make_train_state``, ``gradient_step``,
+``hparam_leaves``, ``when``) live in ``jaxrl.optim`` and are re-exported here.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Literal, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import optax
-from flax.training.train_state import TrainState
 
 from jaxrl.distributions import TanhNormal
+from jaxrl.optim import (  # noqa: F401  (re-exported: agents call them as ``nets.*``)
+    gradient_step,
+    hparam_leaves,
+    make_stats_train_state,
+    make_train_state,
+    when,
+)
 
 default_init = nn.initializers.xavier_uniform
 
@@ -108,13 +118,14 @@ def ensemble(
 ) -> type[nn.Module]:
     """Return ``module_cls`` replicated ``num`` times with independent parameters (``nn.vmap``).
 
-    Inputs are shared across members; outputs gain a leading axis of size ``num``. The RNG
+    Inputs are shared across members; outputs gain a leading axis of size ``num``. Parameters and
+    running statistics (``batch_stats``, ``BatchRenorm``) are per member. The RNG
     streams named in ``split_rngs`` differ between members (add ``"dropout"`` for independent
     dropout masks).
     """
     return nn.vmap(
         module_cls,
-        variable_axes={"params": 0},
+        variable_axes={"params": 0, "batch_stats": 0},
         split_rngs={name: True for name in split_rngs},
         in_axes=None,
         out_axes=0,
@@ -144,54 +155,77 @@ class EnsembleQ(nn.Module):
         return qs(obs, action)
 
 
-class SimNorm(nn.Module):
-    """Simplicial normalization: a softmax over consecutive groups of ``dim`` features.
+class BatchRenorm(nn.Module):
+    """Batch renormalization (Ioffe, 2017) as CrossQ uses it (Bhatt et al., 2024).
 
-    Lavoie et al. (2022), "Simplicial Embeddings in Self-Supervised Learning"; TD-MPC2's latent
-    normalization (Hansen et al., 2024, Sec. 3). The input width must be a multiple of ``dim``;
-    each group of the output sums to 1.
+    Training (``use_running_average=False``) normalizes by the batch's statistics, corrected by
+    ``r`` and ``d`` (gradient-free, clipped to ``r_max`` / ``d_max``) toward the running ones once
+    ``warmup_steps`` training calls have passed; before that it is plain batch normalization.
+    Each training call updates the running mean and variance (``batch_stats``: apply with
+    ``mutable=["batch_stats"]``). Evaluation uses the running statistics only.
     """
 
-    dim: int = 8
+    use_running_average: bool
+    momentum: float = 0.99
+    epsilon: float = 1e-3
+    warmup_steps: int = 100_000
+    r_max: float = 3.0
+    d_max: float = 5.0
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        """Normalize ``x`` of shape ``[..., k * dim]``."""
-        if x.shape[-1] % self.dim:
-            raise ValueError(
-                f"SimNorm needs a feature width divisible by dim={self.dim}, got {x.shape[-1]}."
-            )
-        groups = x.reshape(*x.shape[:-1], -1, self.dim)
-        return jax.nn.softmax(groups, axis=-1).reshape(x.shape)
+        """Normalize ``x`` of shape ``[..., features]`` over its leading axes."""
+        shape = (x.shape[-1],)
+        ra_mean = self.variable("batch_stats", "mean", jnp.zeros, shape, jnp.float32)
+        ra_var = self.variable("batch_stats", "var", jnp.ones, shape, jnp.float32)
+        steps = self.variable("batch_stats", "steps", jnp.zeros, (), jnp.int32)
+        scale = self.param("scale", nn.initializers.ones, shape)
+        bias = self.param("bias", nn.initializers.zeros, shape)
+        if self.use_running_average:
+            mean, var = ra_mean.value, ra_var.value
+        else:
+            axes = tuple(range(x.ndim - 1))
+            mean = x.mean(axes)
+            var = jnp.maximum(jnp.square(x).mean(axes) - jnp.square(mean), 0.0)
+            if not self.is_initializing():
+                ra_std = jnp.sqrt(ra_var.value + self.epsilon)
+                r = jnp.sqrt(var + self.epsilon) / ra_std
+                r = jax.lax.stop_gradient(jnp.clip(r, 1.0 / self.r_max, self.r_max))
+                d = jax.lax.stop_gradient(
+                    jnp.clip((mean - ra_mean.value) / ra_std, -self.d_max, self.d_max)
+                )
+                warm = steps.value >= self.warmup_steps
+                batch_mean, batch_var = mean, var
+                mean = jnp.where(warm, mean - d * jnp.sqrt(var) / r, mean)
+                var = jnp.where(warm, var / jnp.square(r), var)
+                m = self.momentum
+                ra_mean.value = m * ra_mean.value + (1.0 - m) * batch_mean
+                ra_var.value = m * ra_var.value + (1.0 - m) * batch_var
+                steps.value = steps.value + 1
+        return (x - mean) * jax.lax.rsqrt(var + self.epsilon) * scale + bias
 
 
-class NormedMLP(nn.Module):
-    """TD-MPC2's MLP (Hansen et al., 2024): hidden layers Dense -> LayerNorm -> Mish, Dense out.
+class RenormMLP(nn.Module):
+    """CrossQ's MLP: ``BatchRenorm`` on the input, then Dense -> ReLU -> ``BatchRenorm`` layers.
 
-    As the authors' ``layers.mlp``: weights ~ N(0, 0.02^2), zero biases, LayerNorm epsilon 1e-5;
-    ``dropout`` after the first Dense layer only; ``simnorm_dim`` adds LayerNorm + ``SimNorm``
-    after the output layer; ``zero_out`` starts the output kernel at zero.
+    ``hidden_dims`` are the hidden widths; ``out_dim`` adds a last Dense layer (None: end at the
+    last hidden layer). Called with ``train`` (a Python bool): batch statistics (True, apply
+    with ``mutable=["batch_stats"]``) or the running ones (False).
     """
 
     hidden_dims: Sequence[int]
-    out_dim: int
-    simnorm_dim: int | None = None
-    dropout: float = 0.0
-    zero_out: bool = False
+    out_dim: int | None = None
+    momentum: float = 0.99
+    warmup_steps: int = 100_000
 
     @nn.compact
-    def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
-        """Apply to ``[..., in_dim]``; dropout is active when ``deterministic`` is False."""
-        init = nn.initializers.normal(0.02)
-        for i, width in enumerate(self.hidden_dims):
-            x = nn.Dense(width, kernel_init=init)(x)
-            if i == 0 and self.dropout > 0:
-                x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
-            x = jax.nn.mish(nn.LayerNorm(epsilon=1e-5)(x))
-        x = nn.Dense(self.out_dim, kernel_init=nn.initializers.zeros if self.zero_out else init)(x)
-        if self.simnorm_dim is None:
-            return x
-        return SimNorm(self.simnorm_dim)(nn.LayerNorm(epsilon=1e-5)(x))
+    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+        """Apply to ``[..., in_dim]``."""
+        norm = partial(BatchRenorm, not train, self.momentum, warmup_steps=self.warmup_steps)
+        x = norm()(x)
+        for width in self.hidden_dims:
+            x = norm()(nn.relu(nn.Dense(width)(x)))
+        return x if self.out_dim is None else nn.Dense(self.out_dim)(x)
 
 
 class TanhGaussianActor(nn.Module):
@@ -210,12 +244,17 @@ class TanhGaussianActor(nn.Module):
     def __call__(self, obs: jax.Array) -> TanhNormal:
         """Action distribution for ``obs``."""
         h = MLP(self.hidden_dims, activate_final=True)(obs)
-        mean = nn.Dense(self.action_dim, kernel_init=default_init())(h)
-        log_std = nn.Dense(self.action_dim, kernel_init=default_init())(h)
-        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (
-            jnp.tanh(log_std) + 1.0
-        )
-        return TanhNormal(mean, jnp.exp(log_std))
+        return gaussian_head(h, self.action_dim, self.log_std_min, self.log_std_max)
+
+
+def gaussian_head(
+    h: jax.Array, action_dim: int, log_std_min: float, log_std_max: float
+) -> TanhNormal:
+    """Two Dense heads on features ``h``: the mean and a log-std mapped into its bounds by tanh."""
+    mean = nn.Dense(action_dim, kernel_init=default_init())(h)
+    log_std = nn.Dense(action_dim, kernel_init=default_init())(h)
+    log_std = log_std_min + 0.5 * (log_std_max - log_std_min) * (jnp.tanh(log_std) + 1.0)
+    return TanhNormal(mean, jnp.exp(log_std))
 
 
 class NormalTanhPolicy(nn.Module):
@@ -333,65 +372,3 @@ def observing(module: nn.Module, size: int) -> nn.Module:
     if size < 0:
         raise ValueError(f"actor_observation_size must be >= 0 (0: all features), got {size}.")
     return FirstFeatures(module, size) if size else module
-
-
-def _adam(
-    learning_rate: jax.Array, decay_steps: int | None, max_grad_norm: float | None
-) -> optax.GradientTransformation:
-    # The base rate stays an injected leaf (sweepable); only the decay factor is scheduled.
-    if decay_steps is None:
-        tx = optax.adam(learning_rate)
-    else:
-        cosine = optax.cosine_decay_schedule(1.0, decay_steps)
-        tx = optax.adam(lambda count: learning_rate * cosine(count))
-    if max_grad_norm is None:
-        return tx
-    return optax.chain(optax.clip_by_global_norm(max_grad_norm), tx)
-
-
-def make_train_state(
-    module: nn.Module,
-    key: jax.Array,
-    learning_rate: float,
-    *example_inputs: jax.Array,
-    cosine_decay_steps: int | None = None,
-    max_grad_norm: float | None = None,
-) -> TrainState:
-    """Initialize ``module`` and an Adam optimizer whose learning rate is a pytree leaf.
-
-    ``optax.inject_hyperparams`` keeps the learning rate in the optimizer state, so a vmapped
-    sweep over learning rates compiles once.
-
-    Args:
-        module: the network.
-        key: PRNG key of the parameter initialization.
-        learning_rate: Adam step size (``opt_state.hyperparams["learning_rate"]``).
-        *example_inputs: example inputs of ``module.init``.
-        cosine_decay_steps: if set, the step size is multiplied by a cosine decay from 1 to 0
-            over this many updates (then stays 0), as the IQL authors' actor optimizer.
-        max_grad_norm: if set, gradients are clipped to this global norm before Adam
-            (Diffusion-QL's ``grad_norm``).
-    """
-    params = module.init(key, *example_inputs)
-    if cosine_decay_steps is None and max_grad_norm is None:
-        tx = optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate)
-    else:
-        tx = optax.inject_hyperparams(_adam, static_args=("decay_steps", "max_grad_norm"))(
-            learning_rate=learning_rate, decay_steps=cosine_decay_steps, max_grad_norm=max_grad_norm
-        )
-    return TrainState.create(apply_fn=module.apply, params=params, tx=tx)
-
-
-def hparam_leaves(config: object, *names: str) -> dict[str, jax.Array]:
-    """``{name: float32(config.name)}``: the named config values as sweepable pytree leaves."""
-    return {name: jnp.float32(getattr(config, name)) for name in names}
-
-
-def gradient_step(state: TrainState, loss_fn: Callable, *args: object) -> tuple[TrainState, dict]:
-    """One optimizer step on ``loss_fn(state.params, *args) -> (loss, info)``; returns the info.
-
-    Every agent's per-network update is this: differentiate a loss that returns ``(loss, info)``
-    with respect to one train state's parameters and apply the optimizer.
-    """
-    grads, info = jax.grad(loss_fn, has_aux=True)(state.params, *args)
-    return state.apply_gradients(grads=grads), info

@@ -338,6 +338,7 @@ _builtin(
     data_parallel=False,
 )
 _builtin("expo", "off-policy", "agents.expo:EXPO:EXPOConfig", **_asymmetric)
+_builtin("crossq", "off-policy", "agents.crossq:CrossQ:CrossQConfig")
 
 
 def refit_due(steps: Any, num_envs: int, learning_starts: int, every: int) -> Any:

@@ -99,7 +99,8 @@ def test_no_import_circles():
 
 def test_few_modules_at_the_root_and_none_over_400_lines():
     root = sorted(f for f in os.listdir(ROOT) if f.endswith(".py"))
-    assert len(root) <= 12, f"{len(root)} modules directly in jaxrl/: {root}"
+    # 13: optim (train states, gradient steps) left networks when batch renormalization came.
+    assert len(root) <= 13, f"{len(root)} modules directly in jaxrl/: {root}"
     long = {m: n for m, p in _modules().items() if (n := sum(1 for _ in open(p))) > 400}
     assert not long, f"split these modules by responsibility: {long}"
 

@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import networks, registry, rl
+from jaxrl import registry, rl
+from jaxrl.agents import tdmpc2_model
 from jaxrl.agents.tdmpc2 import (
     MODEL_SIZES,
     TDMPC2,
@@ -112,12 +113,12 @@ def test_soft_ce_hand_computed():
 
 def test_simnorm_groups_sum_to_one():
     x = jax.random.normal(jax.random.key(0), (4, 3, 32)) * 5
-    y = networks.SimNorm(8).apply({}, x)
+    y = tdmpc2_model.SimNorm(8).apply({}, x)
     assert y.shape == x.shape
     np.testing.assert_allclose(y.reshape(4, 3, 4, 8).sum(-1), 1.0, atol=1e-6)
     assert float(y.min()) >= 0.0
     with pytest.raises(ValueError, match="divisible"):
-        networks.SimNorm(8).apply({}, jnp.ones((2, 12)))
+        tdmpc2_model.SimNorm(8).apply({}, jnp.ones((2, 12)))
 
 
 def test_heuristic_discount_and_seed_steps():

@@ -1,4 +1,4 @@
-"""Online agents: SAC (RLPD), TD3, PPO, EXPO, ReinFlow; planners: TD-MPC2, PETS.
+"""Online agents: SAC (RLPD), TD3, PPO, CrossQ, EXPO, ReinFlow; planners: TD-MPC2, PETS.
 
 RLPD is SAC with RLPD's configuration; ReinFlow is a flow policy cloned from a dataset, then
 fine-tuned by PPO.
@@ -13,6 +13,7 @@ buffers, normalization, config, types, errors); never envs, datasets, offline ag
 registry, the loops or anything above them (the import-linter contracts in ``pyproject.toml``).
 """
 
+from jaxrl.agents.crossq import CrossQ, CrossQConfig
 from jaxrl.agents.expo import EXPO, EXPOConfig
 from jaxrl.agents.h2o import H2O, H2OConfig
 from jaxrl.agents.pets import PETS, PETSConfig
@@ -23,6 +24,8 @@ from jaxrl.agents.td3 import TD3, TD3Config
 from jaxrl.agents.tdmpc2 import TDMPC2, TDMPC2Config
 
 __all__ = [
+    "CrossQ",
+    "CrossQConfig",
     "EXPO",
     "EXPOConfig",
     "H2O",

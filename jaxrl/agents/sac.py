@@ -94,25 +94,30 @@ def update_step(
     critic, info = nets.gradient_step(agent.critic, critic_loss_fn, agent, batch, k_critic)
     target = rl.polyak_update(critic.params, agent.target_critic_params, agent.hparams["tau"])
     agent = agent.replace(rng=rng, critic=critic, target_critic_params=target)
-
-    def actor_and_temp(agent: SAC) -> tuple[TrainState, TrainState, InfoDict]:
-        actor, actor_info = nets.gradient_step(agent.actor, actor_loss_fn, agent, batch, k_actor)
-        entropy = actor_info["actor/entropy"]
-        temp, temp_info = nets.gradient_step(agent.temp, temperature_loss, agent, entropy)
-        return actor, temp, {**actor_info, **temp_info}
-
-    def skip(agent: SAC) -> tuple[TrainState, TrainState, InfoDict]:
-        shapes = jax.eval_shape(actor_and_temp, agent)[2]
-        zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
-        return agent.actor, agent.temp, zeros
-
     every = agent.config.utd_ratio if agent.config.delayed_actor_update else 1
-    if every == 1:
-        actor, temp, actor_info = actor_and_temp(agent)
-    else:
-        due = critic.step % every == 0
-        actor, temp, actor_info = jax.lax.cond(due, actor_and_temp, skip, agent)
-    return agent.replace(actor=actor, temp=temp), {**info, **actor_info}
+    due = True if every == 1 else critic.step % every == 0
+    agent, actor_info = nets.when(
+        due, lambda a: actor_and_temperature_step(a, batch, k_actor, actor_loss_fn), agent
+    )
+    return agent, {**info, **actor_info}
+
+
+def actor_and_temperature_step(
+    agent: Any,
+    batch: Batch,
+    key: jax.Array,
+    actor_loss_fn: LossFn = actor_loss,
+    temp_loss_fn: LossFn = temperature_loss,
+) -> tuple[Any, InfoDict]:
+    """An actor step, then a temperature step on the entropy the actor loss reported.
+
+    ``actor_loss_fn(params, agent, batch, key)`` must report ``actor/entropy``;
+    ``temp_loss_fn(params, agent, entropy)`` is SAC's ``temperature_loss`` by default.
+    """
+    actor, actor_info = nets.gradient_step(agent.actor, actor_loss_fn, agent, batch, key)
+    entropy = actor_info["actor/entropy"]
+    temp, temp_info = nets.gradient_step(agent.temp, temp_loss_fn, agent, entropy)
+    return agent.replace(actor=actor, temp=temp), {**actor_info, **temp_info}
 
 
 # -------------------------------------------------------------------------------------- the agent

@@ -4,13 +4,15 @@ The networks of the authors' ``WorldModel`` for state observations (``make_modul
 policy prior's tanh-Gaussian head (``squashed_policy``), the model's optimizer (``adam``), the
 latent rollouts MPPI plans with (``prior_actions``, ``plan_value``), the authors' model sizes
 (``MODEL_SIZES``, ``Sizes``, ``sizes``) and the settings the authors derive from the env
-(``heuristic_discount``, ``seed_steps``, ``tdmpc2_env_defaults``).
+(``heuristic_discount``, ``seed_steps``, ``tdmpc2_env_defaults``), and its two layers
+(``SimNorm``, ``NormedMLP``).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -20,6 +22,57 @@ import optax
 
 from jaxrl import networks as nets
 from jaxrl import rl
+
+
+class SimNorm(nn.Module):
+    """Simplicial normalization: a softmax over consecutive groups of ``dim`` features.
+
+    Lavoie et al. (2022), "Simplicial Embeddings in Self-Supervised Learning"; TD-MPC2's latent
+    normalization (Hansen et al., 2024, Sec. 3). The input width must be a multiple of ``dim``;
+    each group of the output sums to 1.
+    """
+
+    dim: int = 8
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """Normalize ``x`` of shape ``[..., k * dim]``."""
+        if x.shape[-1] % self.dim:
+            raise ValueError(
+                f"SimNorm needs a feature width divisible by dim={self.dim}, got {x.shape[-1]}."
+            )
+        groups = x.reshape(*x.shape[:-1], -1, self.dim)
+        return jax.nn.softmax(groups, axis=-1).reshape(x.shape)
+
+
+class NormedMLP(nn.Module):
+    """TD-MPC2's MLP (Hansen et al., 2024): hidden layers Dense -> LayerNorm -> Mish, Dense out.
+
+    As the authors' ``layers.mlp``: weights ~ N(0, 0.02^2), zero biases, LayerNorm epsilon 1e-5;
+    ``dropout`` after the first Dense layer only; ``simnorm_dim`` adds LayerNorm + ``SimNorm``
+    after the output layer; ``zero_out`` starts the output kernel at zero.
+    """
+
+    hidden_dims: Sequence[int]
+    out_dim: int
+    simnorm_dim: int | None = None
+    dropout: float = 0.0
+    zero_out: bool = False
+
+    @nn.compact
+    def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
+        """Apply to ``[..., in_dim]``; dropout is active when ``deterministic`` is False."""
+        init = nn.initializers.normal(0.02)
+        for i, width in enumerate(self.hidden_dims):
+            x = nn.Dense(width, kernel_init=init)(x)
+            if i == 0 and self.dropout > 0:
+                x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
+            x = jax.nn.mish(nn.LayerNorm(epsilon=1e-5)(x))
+        x = nn.Dense(self.out_dim, kernel_init=nn.initializers.zeros if self.zero_out else init)(x)
+        if self.simnorm_dim is None:
+            return x
+        return SimNorm(self.simnorm_dim)(nn.LayerNorm(epsilon=1e-5)(x))
+
 
 # The agent and its config are passed in (typed Any): importing them here would make this
 # module and ``tdmpc2`` import each other.
@@ -125,7 +178,7 @@ def make_modules(config: Any, action_dim: int) -> dict[str, nn.Module]:
     """
     c, d = config, sizes(config)
     hidden = (d.mlp_dim, d.mlp_dim)
-    mlp, enc_hidden = nets.NormedMLP, (d.enc_dim,) * max(d.num_enc_layers - 1, 1)
+    mlp, enc_hidden = NormedMLP, (d.enc_dim,) * max(d.num_enc_layers - 1, 1)
     q_ensemble = nets.ensemble(mlp, d.num_q, split_rngs=("params", "dropout"))
     return {
         "encoder": mlp(enc_hidden, d.latent_dim, c.simnorm_dim),

@@ -1,0 +1,115 @@
+"""How ``sac-fast`` was chosen: short runs of SAC variants on Hopper-v5 and HalfCheetah-v5.
+
+Each candidate is plain ``jaxrl train sac`` with a few fields changed (LayerNorm critics, a
+larger ensemble with a random-pair minimum, more critic steps per env step, the actor stepped
+once per env step). Every candidate trains ``--steps`` env steps per task and seed; the table
+gives the mean evaluation return over the last two evaluation points, the updates per second and
+the wall clock relative to plain SAC measured in the same invocation (runs go one at a time).
+
+    .venv/bin/python benchmarks/sac_fast_screen.py --nice            # resumes; writes the table
+
+Short runs only rank the candidates; the 100k-step comparison is
+``benchmarks/sample_efficiency.py``. Runs live in ``runs/sac_fast_screen/`` and resume when
+stopped; the table is ``benchmarks/results/sac_fast_screen.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LN = ("--critic-layer-norm",)
+CANDIDATES: dict[str, tuple[str, ...]] = {
+    "sac": (),
+    "ln": LN,
+    "ln-utd2": (*LN, "--utd-ratio", "2"),
+    "ln-utd2-q4min2": (*LN, "--utd-ratio", "2", "--num-qs", "4", "--num-min-qs", "2"),
+    "ln-utd3-delayed": (*LN, "--utd-ratio", "3", "--delayed-actor-update"),
+}
+TASKS = ("Hopper-v5", "HalfCheetah-v5")
+
+
+def last_evals(run_dir: str, n: int = 2) -> list[float]:
+    """The last ``n`` evaluation returns of a run's ``metrics.csv``."""
+    with open(os.path.join(run_dir, "metrics.csv"), newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("eval_return")]
+    return [float(r["eval_return"]) for r in rows[-n:]]
+
+
+def main() -> int:
+    """Run (or resume) every candidate, then write the table."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=30_000)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--only", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
+    p.add_argument("--nice", action="store_true", help="run at the lowest CPU priority")
+    p.add_argument("--root", default=os.path.join(ROOT, "runs", "sac_fast_screen"))
+    a = p.parse_args()
+    if a.nice:
+        os.nice(19)
+    rows = []
+    for task in TASKS:
+        for name in a.only:
+            for seed in a.seeds:
+                out = os.path.join(a.root, task, name, f"s{seed}")
+                cmd = [
+                    sys.executable, "-m", "jaxrl.cli", "train", "sac", "--env", task,
+                    "--total-steps", str(a.steps), "--eval-every", str(a.steps // 6),
+                    "--eval-episodes", "5", "--seed", str(seed), "--out", out,
+                    "--no-progress", "--no-tensorboard", *CANDIDATES[name],
+                ]  # fmt: skip
+                if not os.path.exists(os.path.join(out, "summary.json")) or not json.load(
+                    open(os.path.join(out, "summary.json"))
+                ).get("completed"):
+                    subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
+                s = json.load(open(os.path.join(out, "summary.json")))
+                rows.append({
+                    "task": task, "candidate": name, "seed": seed,
+                    "flags": " ".join(CANDIDATES[name]), "last_evals": last_evals(out),
+                    "wall_s": s["wall_clock_s"], "updates_per_s": s["updates_per_s"],
+                })  # fmt: skip
+                print(rows[-1], flush=True)
+    write(rows, a.steps)
+    return 0
+
+
+def write(rows: list[dict], steps: int) -> None:
+    """``benchmarks/results/sac_fast_screen.{md,json}``: per candidate and task, over seeds."""
+    results = os.path.join(ROOT, "benchmarks", "results")
+    with open(os.path.join(results, "sac_fast_screen.json"), "w") as f:
+        json.dump({"steps": steps, "runs": rows}, f, indent=1)
+    lines = [
+        "# Choosing sac-fast: SAC variants, short runs",
+        "",
+        f"{steps:,} env steps per run; return: mean of the last two evaluations (5 episodes "
+        "each), averaged over seeds; wall: mean wall clock relative to plain SAC on the task.",
+        "",
+        "| task | candidate | flags | seeds | return | per seed | updates/s | wall vs sac |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for task in TASKS:
+        base = [r["wall_s"] for r in rows if r["task"] == task and r["candidate"] == "sac"]
+        for name in CANDIDATES:
+            rs = [r for r in rows if r["task"] == task and r["candidate"] == name]
+            if not rs:
+                continue
+            per = [sum(r["last_evals"]) / len(r["last_evals"]) for r in rs]
+            wall = sum(r["wall_s"] for r in rs) / len(rs)
+            ratio = f"{wall / (sum(base) / len(base)):.2f}x" if base else "-"
+            ups = sum(r["updates_per_s"] for r in rs) / len(rs)
+            lines.append(
+                f"| {task} | {name} | `{rs[0]['flags'] or '(defaults)'}` | {len(rs)} | "
+                f"{sum(per) / len(per):,.0f} | {', '.join(f'{v:,.0f}' for v in per)} | "
+                f"{ups:.0f} | {ratio} |"
+            )
+    with open(os.path.join(results, "sac_fast_screen.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
