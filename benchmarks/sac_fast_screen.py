@@ -1,10 +1,11 @@
 """How ``sac-fast`` was chosen: short runs of SAC variants on Hopper-v5 and HalfCheetah-v5.
 
-Each candidate is plain ``jaxrl train sac`` with a few fields changed (LayerNorm critics, a
-larger ensemble with a random-pair minimum, more critic steps per env step, the actor stepped
-once per env step). Every candidate trains ``--steps`` env steps per task and seed; the table
-gives the mean evaluation return over the last two evaluation points, the updates per second and
-the wall clock relative to plain SAC measured in the same invocation (runs go one at a time).
+Each candidate is plain ``jaxrl train sac`` with a few fields changed: LayerNorm critics, an
+ensemble of 4 whose TD target takes the minimum of a random pair and whose actor loss takes the
+mean (RLPD), 2 critic steps per env step, and optionally the actor stepped once per env step.
+Every candidate trains ``--steps`` env steps per task and seed; the table gives the mean
+evaluation return over the last two evaluation points, the updates per second and the wall clock
+relative to plain SAC on the task (runs go one at a time).
 
     .venv/bin/python benchmarks/sac_fast_screen.py --nice            # resumes; writes the table
 
@@ -24,12 +25,11 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LN = ("--critic-layer-norm",)
+Q4 = ("--num-qs", "4", "--num-min-qs", "2", "--policy-q", "mean")  # RLPD's subset minimum
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "sac": (),
-    "ln": LN,
-    "ln-utd2": (*LN, "--utd-ratio", "2"),
-    "ln-utd2-q4min2": (*LN, "--utd-ratio", "2", "--num-qs", "4", "--num-min-qs", "2"),
-    "ln-utd3-delayed": (*LN, "--utd-ratio", "3", "--delayed-actor-update"),
+    "ln-q4min2-utd2": (*LN, *Q4, "--utd-ratio", "2"),
+    "ln-q4min2-utd2-delayed": (*LN, *Q4, "--utd-ratio", "2", "--delayed-actor-update"),
 }
 TASKS = ("Hopper-v5", "HalfCheetah-v5")
 
@@ -41,6 +41,15 @@ def last_evals(run_dir: str, n: int = 2) -> list[float]:
     return [float(r["eval_return"]) for r in rows[-n:]]
 
 
+def finished(out: str) -> bool:
+    """Whether the run directory ``out`` holds a completed run."""
+    try:
+        with open(os.path.join(out, "summary.json")) as f:
+            return bool(json.load(f).get("completed"))
+    except (OSError, ValueError):
+        return False
+
+
 def main() -> int:
     """Run (or resume) every candidate, then write the table."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -48,6 +57,7 @@ def main() -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--only", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
     p.add_argument("--nice", action="store_true", help="run at the lowest CPU priority")
+    p.add_argument("--report", action="store_true", help="only write the table of finished runs")
     p.add_argument("--root", default=os.path.join(ROOT, "runs", "sac_fast_screen"))
     a = p.parse_args()
     if a.nice:
@@ -63,10 +73,10 @@ def main() -> int:
                     "--eval-episodes", "5", "--seed", str(seed), "--out", out,
                     "--no-progress", "--no-tensorboard", *CANDIDATES[name],
                 ]  # fmt: skip
-                if not os.path.exists(os.path.join(out, "summary.json")) or not json.load(
-                    open(os.path.join(out, "summary.json"))
-                ).get("completed"):
+                if not finished(out) and not a.report:
                     subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
+                if not finished(out):
+                    continue
                 s = json.load(open(os.path.join(out, "summary.json")))
                 rows.append({
                     "task": task, "candidate": name, "seed": seed,
@@ -87,7 +97,9 @@ def write(rows: list[dict], steps: int) -> None:
         "# Choosing sac-fast: SAC variants, short runs",
         "",
         f"{steps:,} env steps per run; return: mean of the last two evaluations (5 episodes "
-        "each), averaged over seeds; wall: mean wall clock relative to plain SAC on the task.",
+        "each), averaged over seeds; wall: mean wall clock relative to plain SAC on the task. "
+        "These runs shared the 2 cores with other low-priority jobs, so the wall ratios are "
+        "rough; the side-by-side speed is `benchmarks/sample_efficiency.py --speed`.",
         "",
         "| task | candidate | flags | seeds | return | per seed | updates/s | wall vs sac |",
         "|---|---|---|---|---|---|---|---|",

@@ -115,6 +115,7 @@ def _peer(script: str, seed: int, steps: int, every: int, *extra: str) -> tuple:
 # CQL's 3x10 sampled actions per update make it ~30x slower than IQL here).
 ONLINE_STEPS = 100_000
 ONLINE_TASKS = ("HalfCheetah-v5", "Hopper-v5")
+SBX = ("sac", "td3", "crossq")  # the online agents sbx runs beside jaxrl's
 EPISODIC = ("Hopper-v5",)  # tasks whose episodes terminate
 EXPERT_STEPS = 300_000  # the SAC expert behind each generated dataset
 DATASET_STEPS = 200_000  # transitions of each medium dataset (D4RL: 1M)
@@ -179,12 +180,13 @@ def full_suite() -> list[Run]:
     datasets = {env: _dataset_run(env) for env in ("Hopper-v5", "HalfCheetah-v5")}
     runs: list[Run] = list(datasets.values())  # first: 84 runs read them
     for env in ONLINE_TASKS:
-        for agent in ("sac", "td3"):
+        for agent in ("sac", "td3", "crossq", "sac-fast"):
             runs += cell("online", env, "jaxrl", agent, ONLINE_STEPS, "env steps",
                          lambda s, a=agent, e=env: _train(a, e, s, ONLINE_STEPS, 5_000))
-            runs += cell("online", env, "sbx-rl", agent, ONLINE_STEPS, "env steps",
-                         lambda s, a=agent, e=env: _peer("suite_sbx.py", s, ONLINE_STEPS, 5_000,
-                                                         "--algo", a, "--env", e))
+            if agent in SBX:
+                runs += cell("online", env, "sbx-rl", agent, ONLINE_STEPS, "env steps",
+                             lambda s, a=agent, e=env: _peer("suite_sbx.py", s, ONLINE_STEPS,
+                                                             5_000, "--algo", a, "--env", e))
         # TD-MPC2 at its named CPU size; a task whose episodes terminate trains episodic.
         extra = ("--model-size", "cpu", *(("--episodic",) if env in EPISODIC else ()))
         runs += cell("online", env, "jaxrl", "tdmpc2", ONLINE_STEPS, "env steps",

@@ -291,6 +291,7 @@ _builtin("sac", "off-policy", "agents.sac:SAC:SACConfig", **_asymmetric)
 _builtin("td3", "off-policy", "agents.td3:TD3:TD3Config", **_asymmetric)
 _builtin("ppo", "on-policy", "agents.ppo:PPO:PPOConfig", env_obs_norm=True, **_asymmetric)
 _builtin("rlpd", "off-policy", "agents.sac:SAC:RLPDConfig", **_asymmetric)
+_builtin("sac-fast", "off-policy", "agents.sac:SAC:SACFastConfig", **_asymmetric)
 _builtin(
     "reinflow",
     "on-policy",

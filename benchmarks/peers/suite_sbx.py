@@ -1,4 +1,4 @@
-"""Learning run of Stable-Baselines-Jax (sbx) SAC or TD3 at jaxrl's settings, in a jaxrl run dir.
+"""Learning run of Stable-Baselines-Jax (sbx) SAC, TD3 or CrossQ at jaxrl's settings, in a run dir.
 
 Run inside the peer virtualenv created by ``setup_peers.sh`` (``make peers``)::
 
@@ -18,8 +18,9 @@ warm-up is not repeated because sbx draws random actions only while ``num_timest
 learning_starts``. The interrupted training episode is not restored: the env starts a new
 episode (the stored transitions are unaffected, each holds its own next observation).
 
-Hyperparameters follow jaxrl's ``SACConfig`` / ``TD3Config`` defaults; every setting used is in
-``config.json`` (``settings``), and what sbx cannot match is listed under ``settings.unmatched``.
+Hyperparameters follow jaxrl's ``SACConfig`` / ``TD3Config`` / ``CrossQConfig`` defaults; every
+setting used is in ``config.json`` (``settings``), and what sbx cannot match is listed under
+``settings.unmatched``.
 """
 
 from __future__ import annotations
@@ -72,6 +73,24 @@ JAXRL_DEFAULTS = {
         "buffer_size": 1_000_000,
         "learning_starts": 25_000,
     },
+    "crossq": {  # SBX's own CrossQ defaults, which jaxrl's CrossQConfig takes
+        "actor_lr": 1e-3,
+        "critic_lr": 1e-3,
+        "temp_lr": 1e-3,
+        "batch_size": 256,
+        "discount": 0.99,
+        "actor_hidden_dims": [256, 256],
+        "critic_hidden_dims": [1024, 1024],
+        "num_qs": 2,
+        "policy_delay": 3,
+        "adam_b1": 0.5,
+        "bn_momentum": 0.99,
+        "renorm_warmup_steps": 100_000,
+        "init_temperature": 1.0,
+        "utd_ratio": 1,
+        "buffer_size": 1_000_000,
+        "learning_starts": 5_000,
+    },
 }
 
 # Differences sbx 0.28.0 does not let us remove (read from sbx's sac/, td3/ and common/ sources).
@@ -88,6 +107,10 @@ UNMATCHED = {
         "temperature loss log(alpha) * (H - target) (jaxrl: alpha * (H - target), SAC eq. 18): "
         "same fixed point, the gradient on log(alpha) is not scaled by alpha",
         "critic loss 0.5 * sum over critics of the MSE (jaxrl: 0.5 * ensemble TD loss)",
+    ],
+    "crossq": [
+        "actor log-std clipped to [-20, 2] (jaxrl: tanh-squashed into [-5, 2])",
+        "the temperature's Adam steps with sbx's policy learning rate and beta1 0.9, as jaxrl",
     ],
     "td3": [
         "actor loss -min over critics of Q(s, pi(s)) (jaxrl: -Q_1, as the TD3 paper)",
@@ -120,16 +143,33 @@ def make_model(algo: str, env: gym.Env, cfg: dict, seed: int, total: int) -> tup
         buffer_size=capacity,
         learning_starts=cfg["learning_starts"],
         batch_size=cfg["batch_size"],
-        tau=cfg["tau"],
+        tau=cfg.get("tau"),
         gamma=cfg["discount"],
         train_freq=1,
         gradient_steps=cfg["utd_ratio"],
         seed=seed,
         verbose=0,
     )
-    arch = {"pi": list(cfg["hidden_dims"]), "qf": list(cfg["hidden_dims"])}
-    policy_kwargs = {"net_arch": arch, "n_critics": cfg["num_qs"]}
-    if algo == "sac":
+    pi, qf = (
+        cfg.get(k, cfg.get("hidden_dims")) for k in ("actor_hidden_dims", "critic_hidden_dims")
+    )
+    policy_kwargs = {"net_arch": {"pi": list(pi), "qf": list(qf)}, "n_critics": cfg["num_qs"]}
+    if algo == "crossq":
+        if cfg["adam_b1"] != 0.5:
+            raise SystemExit("sbx CrossQ's policy sets Adam's beta1 to 0.5")
+        kw.pop("tau")  # no target network
+        kw.update(
+            policy_delay=cfg["policy_delay"],
+            ent_coef=f"auto_{cfg['init_temperature']}",
+            target_entropy=-float(act_dim),
+        )
+        policy_kwargs.update(
+            batch_norm_momentum=cfg["bn_momentum"],
+            renorm_warmup_steps=cfg["renorm_warmup_steps"],
+            activation_fn=nn.relu,
+        )
+        cls = sbx.CrossQ
+    elif algo == "sac":
         if cfg["temp_lr"] != cfg["actor_lr"]:
             raise SystemExit("sbx SAC steps the temperature with the actor's learning rate")
         kw.update(
@@ -207,7 +247,7 @@ class EvalAndCheckpoint(BaseCallback):
 def main() -> None:
     """Parse flags, train (or resume) and write the run directory."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--algo", choices=["sac", "td3"], required=True)
+    p.add_argument("--algo", choices=["sac", "td3", "crossq"], required=True)
     p.add_argument("--env", default="HalfCheetah-v5")
     p.add_argument("--steps", type=int, default=100_000, help="total env steps")
     p.add_argument("--learning-starts", type=int, default=None, help="default: jaxrl's")

@@ -1,7 +1,7 @@
 """Online agents: SAC (RLPD), TD3, PPO, CrossQ, EXPO, ReinFlow; planners: TD-MPC2, PETS.
 
-RLPD is SAC with RLPD's configuration; ReinFlow is a flow policy cloned from a dataset, then
-fine-tuned by PPO.
+RLPD and sac-fast are SAC with RLPD's configuration and a sample-efficient one; ReinFlow is
+a flow policy cloned from a dataset, then fine-tuned by PPO.
 
 One file per agent (``tdmpc2_model`` holds TD-MPC2's world model, ``pets_model`` PETS's
 ensemble). EXPO keeps SAC's critic and update schedule and puts a
@@ -19,7 +19,7 @@ from jaxrl.agents.h2o import H2O, H2OConfig
 from jaxrl.agents.pets import PETS, PETSConfig
 from jaxrl.agents.ppo import PPO, PPOConfig
 from jaxrl.agents.reinflow import ReinFlow, ReinFlowConfig
-from jaxrl.agents.sac import SAC, RLPDConfig, SACConfig
+from jaxrl.agents.sac import SAC, RLPDConfig, SACConfig, SACFastConfig
 from jaxrl.agents.td3 import TD3, TD3Config
 from jaxrl.agents.tdmpc2 import TDMPC2, TDMPC2Config
 
@@ -39,6 +39,7 @@ __all__ = [
     "ReinFlowConfig",
     "SAC",
     "SACConfig",
+    "SACFastConfig",
     "TD3",
     "TD3Config",
     "TDMPC2",

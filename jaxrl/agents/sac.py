@@ -306,3 +306,21 @@ class RLPDConfig(SACConfig):
     utd_ratio: int = 20
     target_entropy_scale: float = 0.5
     delayed_actor_update: bool = True
+
+
+@partial(dataclasses.dataclass, frozen=True)
+class SACFastConfig(SACConfig):
+    """``sac-fast``: SAC with RLPD's critic ensemble and a higher update ratio (sample efficiency).
+
+    Only defaults change: LayerNorm critics, an ensemble of 4 whose TD target takes the minimum of
+    a random pair and whose actor loss takes their mean (RLPD, Ball et al., 2023), and 2 critic
+    steps per env step. Chosen by measurement among SAC variants (``benchmarks/sac_fast_screen.py``
+    and its table ``sac_fast_screen.md``); the 100k-step comparison with SAC and CrossQ is
+    ``benchmarks/sample_efficiency.py``.
+    """
+
+    num_qs: int = 4
+    num_min_qs: int | None = 2
+    policy_q: Literal["min", "mean"] = "mean"
+    critic_layer_norm: bool = True
+    utd_ratio: int = 2

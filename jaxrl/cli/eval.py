@@ -61,12 +61,11 @@ def _bare_video(argv: list[str]) -> list[str]:
 def _evaluate(a: EvalArgs) -> dict:
     """Check the video options and evaluate."""
     from jaxrl.errors import ConfigError
+    from jaxrl.loops.config import check_video_size
     from jaxrl.run.commands import evaluate_run
 
-    if a.video is not None and (a.width % 2 or a.height % 2 or a.width < 2 or a.height < 2):
-        raise ConfigError(
-            f"--width and --height must be even and positive, got {a.width}x{a.height}."
-        )
+    if a.video is not None:
+        check_video_size(a.width, a.height, "--width and --height")
     if a.fps is not None and not a.fps > 0:
         raise ConfigError(f"--fps must be positive, got {a.fps}.")
     video = True if a.video == _BARE else a.video

@@ -115,11 +115,7 @@ class TrainConfig:
             "video_height",
             "video_fps",
         )
-        if self.video_width % 2 or self.video_height % 2:
-            raise ConfigError(
-                f"--video-width and --video-height must be even (H.264 needs it); got "
-                f"{self.video_width}x{self.video_height}."
-            )
+        check_video_size(self.video_width, self.video_height, "--video-width and --video-height")
         check_range(self, "seed", 0, 2**31 - 1)
         if self.offline_steps is not None:
             check_range(self, "offline_steps", 0, float("inf"))
@@ -137,6 +133,18 @@ class TrainConfig:
         check_positive(self, "num_processes")
         if self.process_id is not None:
             check_range(self, "process_id", 0, (self.num_processes or 1) - 1)
+
+
+def check_video_size(width: int, height: int, flags: str) -> None:
+    """Refuse a video size that is not even and positive (H.264 needs even sides).
+
+    Raises:
+        ConfigError: naming ``flags``, the options that set the size.
+    """
+    if width % 2 or height % 2 or width < 2 or height < 2:
+        raise ConfigError(
+            f"{flags} must be even and positive (H.264 needs even sides); got {width}x{height}."
+        )
 
 
 def run_config(agent_name: str, agent_config: Any, cfg: TrainConfig) -> dict[str, Any]:

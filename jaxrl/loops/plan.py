@@ -242,14 +242,11 @@ def plan_run(run: PlanRunConfig, planner: PlannerConfig | None = None) -> dict[s
 def _film(env: Any, env_id: str, clip: list, h: Harness, name: str) -> None:
     """Render one episode's simulator states (``clip``) to ``videos/<name>.mp4`` and TensorBoard."""
     from jaxrl.envs.render import frame_rate, render_data, render_frames
-    from jaxrl.loops.video import write_video
+    from jaxrl.loops.video import save_video
 
     data = [render_data(env.core, sim) for sim in clip]
     frames = render_frames(env.core, jax.tree.map(lambda *x: np.stack(x), *data), 320, 240)
-    fps = frame_rate(env_id, env.core)
-    logger = h.loggers[0]
-    path = write_video(os.path.join(logger.out_dir, "videos", f"{name}.mp4"), frames, fps)
-    logger.video(h.step, path, frames, fps)
+    save_video(h.loggers[0], h.step, name, frames, frame_rate(env_id, env.core))
 
 
 def _is_plan_run(out: str) -> bool:

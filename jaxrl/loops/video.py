@@ -195,9 +195,23 @@ class Videos:
             self.policy, self._rollout,
         )  # fmt: skip
         k = self.offset + step
-        path = os.path.join(self.loggers[i].out_dir, "videos", f"step_{k}.mp4")
-        write_video(path, frames, cfg.video_fps or fps, cfg.video_codec)
-        self.loggers[i].video(k, path, frames, cfg.video_fps or fps)
+        save_video(self.loggers[i], k, f"step_{k}", frames, cfg.video_fps or fps, cfg.video_codec)
 
 
-__all__ = ["Videos", "check_rendering", "episode_frames", "tensorboard_video", "write_video"]
+def save_video(
+    logger: Any, step: int, name: str, frames: np.ndarray, fps: float, codec: str = "libx264"
+) -> str:
+    """``frames`` to ``videos/<name>.mp4`` in ``logger``'s run directory and to its summaries."""
+    path = write_video(os.path.join(logger.out_dir, "videos", f"{name}.mp4"), frames, fps, codec)
+    logger.video(step, path, frames, fps)
+    return path
+
+
+__all__ = [
+    "Videos",
+    "check_rendering",
+    "episode_frames",
+    "save_video",
+    "tensorboard_video",
+    "write_video",
+]

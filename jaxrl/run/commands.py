@@ -36,7 +36,7 @@ def evaluate_run(
     from jaxrl.envs import make_env
     from jaxrl.envs.jax_envs import is_jax_env
     from jaxrl.loops.acting import acting
-    from jaxrl.loops.evaluation import evaluate, evaluate_jax
+    from jaxrl.loops.evaluation import evaluate, evaluate_jax, record_jax
     from jaxrl.run.runs import load_run, make_jax_envs
 
     if episodes is not None and episodes < 1:
@@ -57,8 +57,13 @@ def evaluate_run(
         import jax
 
         _, eval_env = make_jax_envs(env_id, 1, episodes, run.agent_config, spec)
-        fn = jax.jit(lambda a, s: evaluate_jax(a, eval_env, jax.random.key(seed), s, policy))
-        returns = fn(run.agent, run.obs_stats)
+        # With a video, the evaluation keeps the frames' data: one compiled rollout for both.
+        evaluation = record_jax if video else evaluate_jax
+        key = jax.random.key(seed)
+        out = jax.jit(lambda a, s: evaluation(a, eval_env, key, s, policy))(
+            run.agent, run.obs_stats
+        )
+        returns = out[0] if video else out
     else:
         eval_env = env_id
         with closing(make_env(env_id, episodes)) as env:
@@ -76,8 +81,9 @@ def evaluate_run(
     if video:
         from jaxrl.loops.video import episode_frames, write_video
 
+        recorded = None if isinstance(eval_env, str) else (lambda *_: out)
         frames, rate = episode_frames(
-            run.agent, eval_env, seed, size, episodes, run.obs_stats, policy
+            run.agent, eval_env, seed, size, episodes, run.obs_stats, policy, recorded
         )
         if video is True:
             video = os.path.join(run_dir, "videos", f"eval_step_{result['step']}.mp4")
