@@ -8,11 +8,14 @@ writes the table of returns at 20k, 50k and 100k env steps per seed, with each r
     .venv/bin/python benchmarks/sample_efficiency.py --run    # resumable; hours on 2 CPU cores
     .venv/bin/python benchmarks/sample_efficiency.py          # the table from what has finished
     .venv/bin/python benchmarks/sample_efficiency.py --speed  # seconds per env step, side by side
+    .venv/bin/python benchmarks/sample_efficiency.py --pendulum  # CrossQ vs SBX's, Pendulum-v1
 
 ``--speed`` measures the wall clock per env step of jaxrl's three agents on Hopper-v5 one after
 the other on an otherwise idle machine: two runs per agent (1,000 random steps, then 2,000 or
 4,000 training steps), the difference of their wall clocks over the 2,000 extra steps, so
-compilation and warm-up cancel.
+compilation and warm-up cancel. ``--pendulum`` runs jaxrl's and SBX's CrossQ at their default
+sizes on Pendulum-v1 (5,000 steps, 1,000 random, seeds 0-1; resumable in
+``runs/crossq_pendulum``): a small-task check that both learn alike.
 
 Writes ``benchmarks/results/sample_efficiency.{md,json,png}``. A cell with fewer than three
 finished seeds says so; nothing missing is filled in.
@@ -73,14 +76,21 @@ def collect(root: str, results: str) -> list[dict]:
     return cells
 
 
+def _int_keys(curve: dict) -> list[tuple[int, float]]:
+    """A curve's ``(step, return)`` pairs (JSON turns its int keys into strings)."""
+    return [(int(k), v) for k, v in curve.items()]
+
+
 def _stat(values: list[float]) -> str:
     if not values:
         return "-"
     return f"{np.mean(values):,.0f} ± {np.std(values):,.0f}"
 
 
-def write(cells: list[dict], results: str, measured: dict | None = None) -> None:
-    """The markdown table, the JSON and the learning-curve plot (and ``--speed``'s table)."""
+def write(
+    cells: list[dict], results: str, measured: dict | None = None, pend: list | None = None
+) -> None:
+    """The markdown table, the JSON and the learning-curve plot (``--speed``, ``--pendulum``)."""
     lines = [
         "# Sample efficiency: jaxrl SAC, CrossQ and sac-fast beside SBX",
         "",
@@ -116,6 +126,19 @@ def write(cells: list[dict], results: str, measured: dict | None = None) -> None
             *(f"| {r['agent']} | {1e3 * r['s_per_step']:.1f} | {r['vs_sac']:.2f}x |"
               for r in measured["rows"]),
         ]  # fmt: skip
+    if pend:
+        steps = sorted({int(k) for r in pend for k in r["curve"]})
+        lines += [
+            "",
+            "CrossQ on Pendulum-v1 at each library's default sizes (`--pendulum`; 1,000 random "
+            "steps, evaluation return over 10 episodes):",
+            "",
+            "| library | seed | " + " | ".join(f"{t:,}" for t in steps) + " |",
+            "|---|---|" + "---|" * len(steps),
+            *(f"| {r['impl']} | {r['seed']} | "
+              + " | ".join(f"{dict(_int_keys(r['curve']))[t]:,.0f}" for t in steps) + " |"
+              for r in pend),
+        ]  # fmt: skip
     with open(os.path.join(results, "sample_efficiency.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(results, "sample_efficiency.json"), "w") as f:
@@ -147,6 +170,31 @@ def _plot(cells: list[dict], png: str) -> None:
     plt.close(fig)
 
 
+PEERS_PYTHON = os.path.join(ROOT, ".venv-peers", "bin", "python")
+
+
+def pendulum(root: str) -> list[dict]:
+    """CrossQ of jaxrl and SBX on Pendulum-v1, seeds 0-1: evaluation curves (see above)."""
+    rows = []
+    for seed in (0, 1):
+        for impl in ("jaxrl", "sbx-rl"):
+            out = os.path.join(root, impl, f"s{seed}")
+            common = ["--learning-starts", "1000", "--out", out, "--seed", str(seed),
+                      "--eval-every", "1000", "--eval-episodes", "10"]  # fmt: skip
+            if impl == "jaxrl":
+                cmd = [sys.executable, "-m", "jaxrl.cli", "train", "crossq", "--env",
+                       "Pendulum-v1", "--total-steps", "5000", *common, "--no-progress",
+                       "--no-tensorboard"]  # fmt: skip
+            else:
+                script = os.path.join(ROOT, "benchmarks", "peers", "suite_sbx.py")
+                cmd = [PEERS_PYTHON, script, "--algo", "crossq", "--env", "Pendulum-v1",
+                       "--steps", "5000", *common]  # fmt: skip
+            if not os.path.exists(os.path.join(out, "summary.json")):
+                subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
+            rows.append({"impl": impl, "seed": seed, "curve": curve(out)})
+    return rows
+
+
 SPEED_AGENTS = ("sac", "sac-fast", "crossq")
 
 
@@ -176,6 +224,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--run", action="store_true", help="run the unfinished cells first (nice 19)")
     p.add_argument("--speed", action="store_true", help="measure the seconds per env step")
+    p.add_argument("--pendulum", action="store_true", help="CrossQ vs SBX's on Pendulum-v1")
     p.add_argument("--root", default=os.path.join(ROOT, "runs", "suite"))
     p.add_argument("--results", default=os.path.join(ROOT, "benchmarks", "results"))
     a = p.parse_args()
@@ -193,7 +242,12 @@ def main() -> int:
         with open(speed_json, "w") as f:
             json.dump({"cpu": _cpu(), "rows": rows}, f, indent=1)
     measured = json.load(open(speed_json)) if os.path.exists(speed_json) else None
-    write(collect(a.root, a.results), a.results, measured)
+    pend_json = os.path.join(a.results, "sample_efficiency_pendulum.json")
+    if a.pendulum:
+        with open(pend_json, "w") as f:
+            json.dump(pendulum(os.path.join(ROOT, "runs", "crossq_pendulum")), f, indent=1)
+    pend = json.load(open(pend_json)) if os.path.exists(pend_json) else None
+    write(collect(a.root, a.results), a.results, measured, pend)
     print(os.path.join(a.results, "sample_efficiency.md"))
     return 0
 
