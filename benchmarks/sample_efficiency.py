@@ -11,8 +11,8 @@ writes the table of returns at 20k, 50k and 100k env steps per seed, with each r
     .venv/bin/python benchmarks/sample_efficiency.py --pendulum  # CrossQ vs SBX's, Pendulum-v1
 
 ``--speed`` measures the wall clock per env step of jaxrl's three agents on Hopper-v5 one after
-the other on an otherwise idle machine: two runs per agent (1,000 random steps, then 2,000 or
-4,000 training steps), the difference of their wall clocks over the 2,000 extra steps, so
+the other on an otherwise idle machine: two runs per agent (1,000 random steps, then 1,000 or
+2,500 training steps), the difference of their wall clocks over the 1,500 extra steps, so
 compilation and warm-up cancel. ``--pendulum`` runs jaxrl's and SBX's CrossQ at their default
 sizes on Pendulum-v1 (5,000 steps, 1,000 random, seeds 0-1; resumable in
 ``runs/crossq_pendulum``): a small-task check that both learn alike.
@@ -203,7 +203,7 @@ def speed(tmp: str) -> list[dict]:
     rows = []
     for agent in SPEED_AGENTS:
         wall = {}
-        for n in (2_000, 4_000):
+        for n in (1_000, 2_500):
             out = os.path.join(tmp, agent, str(n))
             total = str(1_000 + n)
             cmd = [sys.executable, "-m", "jaxrl.cli", "train", agent, "--env", "Hopper-v5",
@@ -212,7 +212,7 @@ def speed(tmp: str) -> list[dict]:
                    "--no-tensorboard"]  # fmt: skip
             subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
             wall[n] = json.load(open(os.path.join(out, "summary.json")))["wall_clock_s"]
-        rows.append({"agent": agent, "s_per_step": (wall[4_000] - wall[2_000]) / 2_000})
+        rows.append({"agent": agent, "s_per_step": (wall[2_500] - wall[1_000]) / 1_500})
     base = rows[0]["s_per_step"]
     for r in rows:
         r["vs_sac"] = r["s_per_step"] / base
