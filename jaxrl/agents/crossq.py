@@ -215,8 +215,9 @@ class CrossQConfig(OffPolicyFields):
 
     Deviations, on purpose: the critic is 1024 wide as in SBX (the paper: 2048, pass
     ``--critic-hidden-dims 2048 2048``); 5,000 random warm-up steps as the paper's MuJoCo runs
-    (SBX's default is 100); the log-std is bounded smoothly to [-5, 2] as jaxrl's SAC (SBX clips
-    to [-20, 2]). There is no target network, so ``tau`` is unused.
+    (SBX's default is 100); the log-std is bounded smoothly to [-5, 2] and the actor's two heads
+    start Xavier-uniform, as jaxrl's SAC (SBX clips to [-20, 2]; LeCun-normal heads). There is no
+    target network, so ``tau`` is unused.
     """
 
     learning_starts: int = 5_000
