@@ -96,23 +96,26 @@ JAXRL_DEFAULTS = {
 # Differences sbx 0.28.0 does not let us remove (read from sbx's sac/, td3/ and common/ sources).
 UNMATCHED = {
     "common": [
-        "kernel init: flax default lecun_normal (jaxrl: xavier_uniform)",
         "first update after env step learning_starts + 1 (SB3 trains when num_timesteps > "
         "learning_starts); random actions for the first learning_starts steps, as jaxrl",
         "resume: the interrupted training episode restarts from a reset (jaxrl restores the "
         "MuJoCo state)",
     ],
     "sac": [
+        "kernel init: flax default lecun_normal (jaxrl: xavier_uniform)",
         "actor log-std clipped to [-20, 2] (jaxrl: tanh-squashed into [-5, 2])",
         "temperature loss log(alpha) * (H - target) (jaxrl: alpha * (H - target), SAC eq. 18): "
         "same fixed point, the gradient on log(alpha) is not scaled by alpha",
         "critic loss 0.5 * sum over critics of the MSE (jaxrl: 0.5 * ensemble TD loss)",
     ],
     "crossq": [
+        "actor mean and log-std heads: lecun_normal (jaxrl: xavier_uniform, as its SAC; the "
+        "hidden layers are lecun_normal in both)",
         "actor log-std clipped to [-20, 2] (jaxrl: tanh-squashed into [-5, 2])",
         "the temperature's Adam steps with sbx's policy learning rate and beta1 0.9, as jaxrl",
     ],
     "td3": [
+        "kernel init: flax default lecun_normal (jaxrl: xavier_uniform)",
         "actor loss -min over critics of Q(s, pi(s)) (jaxrl: -Q_1, as the TD3 paper)",
         "both target networks move after every critic step (jaxrl: every policy_delay steps, "
         "with the actor)",
