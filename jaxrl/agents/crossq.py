@@ -71,9 +71,13 @@ def with_stats(params: Params, stats: Params) -> dict:
 
 
 def critic_loss(
-    critic_params: Params, agent: CrossQ, batch: Batch, next_actions: jax.Array, next_log_probs
+    critic_params: Params,
+    agent: CrossQ,
+    batch: Batch,
+    next_actions: jax.Array,
+    next_log_probs: jax.Array,
 ) -> tuple[jax.Array, tuple[InfoDict, Params]]:
-    """Soft Bellman residual through one joint pass of ``(s, a)`` and ``(s', a')`` (CrossQ eq. 4).
+    """SAC's soft Bellman residual (SAC eq. 5) through CrossQ's joint pass of (s, a) and (s', a').
 
     The target ``r + gamma (1 - d) (min_j Q_j(s', a') - alpha log pi(a'|s'))`` comes from the
     same forward pass as ``Q(s, a)``, without gradient; ``a' ~ pi(s')`` was drawn with the
