@@ -165,8 +165,9 @@ LEARN = {
         5000,
         -250.0,
     ),
-    # sac-fast (LayerNorm, 4 critics with a random-pair target, 2 critic steps per env step)
-    # swings up by ~3k steps (seeds 0, 1: -125, -148 at 3k; -109, -133 at 4k); SAC takes ~6k.
+    # sac-fast (LayerNorm, 4 critics with a random-pair target, 2 critic steps and 1 actor step
+    # per env step) swings up by ~3k steps; SAC takes ~6k. At 4k, seeds 0-4: -110, -132, -121,
+    # -144, -132.
     "sac-fast": ({"hidden_dims": (128, 128), "learning_starts": 1000}, 4000, -250.0),
 }
 
