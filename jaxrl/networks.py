@@ -20,6 +20,7 @@ from jaxrl.optim import (  # noqa: F401  (re-exported: agents call them as ``net
     hparam_leaves,
     make_stats_train_state,
     make_train_state,
+    stats_gradient_step,
     when,
 )
 

@@ -82,6 +82,19 @@ def gradient_step(state: TrainState, loss_fn: Callable, *args: object) -> tuple[
     return state.apply_gradients(grads=grads), info
 
 
+def stats_gradient_step(
+    state: TrainState, loss_fn: Callable, *args: object
+) -> tuple[TrainState, dict, Params]:
+    """``gradient_step`` for a loss over a network with running statistics.
+
+    ``loss_fn(state.params, *args) -> (loss, (info, batch_stats))``: the forward pass in training
+    mode also yields the network's new running statistics, which the optimizer never sees.
+    Returns the stepped state, the info and the new statistics.
+    """
+    grads, (info, stats) = jax.grad(loss_fn, has_aux=True)(state.params, *args)
+    return state.apply_gradients(grads=grads), info, stats
+
+
 def make_stats_train_state(
     module: nn.Module, key: jax.Array, learning_rate: float, *example_inputs: jax.Array, b1: float
 ) -> tuple[TrainState, Params]:

@@ -23,7 +23,6 @@ from flax.training.train_state import TrainState
 
 from jaxrl import networks as nets
 from jaxrl import rl
-from jaxrl.agents.sac import actor_and_temperature_step
 from jaxrl.config import OffPolicyFields, check_positive, check_range
 from jaxrl.distributions import TanhNormal
 from jaxrl.types import Batch, InfoDict, Params
@@ -100,11 +99,11 @@ def critic_loss(
 
 def actor_loss(
     actor_params: Params, agent: CrossQ, batch: Batch, key: jax.Array
-) -> tuple[jax.Array, InfoDict]:
+) -> tuple[jax.Array, tuple[InfoDict, Params]]:
     """SAC's policy objective ``E[alpha log pi(a|s) - min_j Q_j(s, a)]`` (SAC eq. 7).
 
     The actor normalizes with the batch's statistics, the critic with its running ones (as SBX).
-    The actor's new running statistics are reported as ``actor/stats`` and stored by ``update``.
+    Returns the actor's new running statistics beside the info.
     """
     variables = with_stats(actor_params, agent.actor_stats)
     dist, updates = agent.actor.apply_fn(variables, batch.obs, True, mutable=["batch_stats"])
@@ -114,7 +113,7 @@ def actor_loss(
     alpha = agent.temp.apply_fn(agent.temp.params)
     loss = jnp.mean(alpha * log_probs - q)
     info = {"actor/loss": loss, "actor/entropy": -log_probs.mean()}
-    return loss, {**info, "actor/stats": updates["batch_stats"]}
+    return loss, (info, updates["batch_stats"])
 
 
 def log_temperature_loss(
@@ -155,19 +154,18 @@ class CrossQ(struct.PyTreeNode):
         actor_vars = with_stats(self.actor.params, self.actor_stats)
         dist = self.actor.apply_fn(actor_vars, batch.next_obs)
         next_actions, next_log_probs = dist.sample_and_log_prob(k_next)
-        grads, (info, stats) = jax.grad(critic_loss, has_aux=True)(
-            self.critic.params, self, batch, next_actions, next_log_probs
+        critic, info, stats = nets.stats_gradient_step(
+            self.critic, critic_loss, self, batch, next_actions, next_log_probs
         )
-        agent = self.replace(
-            rng=rng, critic=self.critic.apply_gradients(grads=grads), critic_stats=stats
-        )
+        agent = self.replace(rng=rng, critic=critic, critic_stats=stats)
 
         def actor_step(agent: CrossQ) -> tuple[CrossQ, InfoDict]:
-            new, actor_info = actor_and_temperature_step(
-                agent, batch, k_actor, actor_loss, log_temperature_loss
+            actor, info, stats = nets.stats_gradient_step(
+                agent.actor, actor_loss, agent, batch, k_actor
             )
-            stats = actor_info.pop("actor/stats")
-            return new.replace(actor_stats=stats), actor_info
+            entropy = info["actor/entropy"]
+            temp, temp_info = nets.gradient_step(agent.temp, log_temperature_loss, agent, entropy)
+            return agent.replace(actor=actor, temp=temp, actor_stats=stats), {**info, **temp_info}
 
         due = (self.step + 1) % self.config.policy_delay == 0
         agent, actor_info = nets.when(due, actor_step, agent)
