@@ -5,8 +5,10 @@ import shutil
 import tempfile
 
 import pytest
+from xla_flags import use_test_flags
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+use_test_flags()
 os.environ.setdefault("MUJOCO_GL", "disable")
 
 # CPython 3.11 can raise "SystemError: AST constructor recursion depth mismatch" from ast.parse

@@ -249,5 +249,8 @@ if __name__ == "__main__":
     # `make test` starts this in the background before the layer and docs checks, so that the
     # data exist (or are being made, under the lock) when the first test asks for them, rather
     # than one xdist worker generating them inside a test while the other waits for the lock.
+    from xla_flags import use_test_flags
+
+    use_test_flags()  # the same compiled programs, so the same data, as inside the tests
     for kind in ("medium", "expert", "random", "medium-replay"):
         pendulum_dataset(kind)

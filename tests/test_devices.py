@@ -32,6 +32,7 @@ SMALL_SAC += QUIET
 # machine one may wait minutes for a thread that XLA's default gives 40 s before aborting.
 FOUR_DEVICES = " ".join(
     [
+        os.environ.get("XLA_FLAGS", ""),  # the test processes' flags (tests/xla_flags.py)
         "--xla_force_host_platform_device_count=4",
         "--xla_cpu_collective_call_terminate_timeout_seconds=900",
         "--xla_cpu_collective_call_warn_stuck_timeout_seconds=600",
