@@ -1,8 +1,8 @@
 """How ``sac-fast`` was chosen: short runs of SAC variants on Hopper-v5 and HalfCheetah-v5.
 
 Each candidate is plain ``jaxrl train sac`` with a few fields changed: LayerNorm critics, an
-ensemble of 4 whose TD target takes the minimum of a random pair and whose actor loss takes the
-mean (RLPD), 2 critic steps per env step, and optionally the actor stepped once per env step.
+ensemble of 4 or 3 whose TD target takes the minimum of a random pair and whose actor loss takes
+the mean (RLPD), 2 critic steps per env step, and optionally the actor stepped once per env step.
 Every candidate trains ``--steps`` env steps per task and seed; the table gives the mean
 evaluation return over the last two evaluation points, the updates per second and the wall clock
 relative to plain SAC on the task (runs go one at a time).
@@ -101,8 +101,9 @@ def write(rows: list[dict], steps: int) -> None:
         "",
         f"{steps:,} env steps per run; return: mean of the last two evaluations (5 episodes "
         "each), averaged over seeds; wall: mean wall clock relative to plain SAC on the task. "
-        "These runs shared the 2 cores with other low-priority jobs, so the wall ratios are "
-        "rough; the side-by-side speed is `benchmarks/sample_efficiency.py --speed`.",
+        "These runs shared the 2 cores with other jobs (the 3-critic runs waited behind a full "
+        "test-suite run), so the wall ratios and updates/s say little; the speed measured side "
+        "by side is `benchmarks/sample_efficiency.py --speed`.",
         "",
         "| task | candidate | flags | seeds | return | per seed | updates/s | wall vs sac |",
         "|---|---|---|---|---|---|---|---|",

@@ -165,8 +165,8 @@ LEARN = {
         5000,
         -250.0,
     ),
-    # sac-fast (LayerNorm, 4 critics with a random-pair target, 2 critic steps and 1 actor step
-    # per env step) swings up by ~3k steps; SAC takes ~6k. At 4k, seeds 0-4: -110, -132, -121,
+    # sac-fast (LayerNorm, 3 critics with a random-pair target, 2 critic steps and 1 actor step
+    # per env step) swings up by ~3k steps; SAC takes ~6k. At 4k, seeds 0-4: -110, -133, -134,
     # -144, -132.
     "sac-fast": ({"hidden_dims": (128, 128), "learning_starts": 1000}, 4000, -250.0),
 }
