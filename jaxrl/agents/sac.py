@@ -319,8 +319,8 @@ class SACFastConfig(SACConfig):
     ``sac_fast_screen.md``; 30k env steps, one seed): stepping the actor once per env step
     scored higher on both tasks than stepping it with every critic step; 3 critics instead of 4
     scored 633 vs 346 on Hopper-v5 and 2,896 vs 3,793 on HalfCheetah-v5 (SAC: 271 and 727) at
-    2.3x SAC's wall clock per training step instead of 3.1x. The 100k-step comparison with SAC
-    and CrossQ is ``benchmarks/sample_efficiency.py``.
+    2.8x SAC's wall clock per training step instead of 3.3x (``sample_efficiency.py --speed``).
+    The 100k-step comparison with SAC and CrossQ is ``benchmarks/sample_efficiency.py``.
     """
 
     num_qs: int = 3
