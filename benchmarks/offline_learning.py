@@ -88,7 +88,7 @@ def main() -> None:
                 "return_std": round(s["final_eval_return_std"], 1),
                 "normalized_score": round(s["normalized_score"], 1),
                 "updates_per_s": round(s["updates_per_s"], 1),
-                "wall_clock_s": round(s["wall_clock_s"]),
+                "wall_clock_s": s["wall_clock_s"] and round(s["wall_clock_s"]),
             }
         )
     behavior = float(returns.mean())

@@ -38,9 +38,9 @@ import numpy as np
 from jaxrl import registry
 from jaxrl.buffers import buffer_add
 from jaxrl.envs import make_jax_env
+from jaxrl.loops.device import NONFINITE
 from jaxrl.loops.fused import _off_policy_iteration, init_fused_state, jit_chunk
 from jaxrl.loops.fused_metrics import episode_stats as _episode_stats
-from jaxrl.loops.harness import NONFINITE
 from jaxrl.types import Transition
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

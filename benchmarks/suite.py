@@ -247,7 +247,7 @@ def state(run: Run, root: str, done: set[str], archive: str) -> tuple[str, str]:
     if found is not None:
         summary = read_json(os.path.join(found, run.marker)) or {}
         where = "" if found == out else " (archived)"
-        return "done", f"{summary.get('wall_clock_s', 0.0):.0f} s{where}"
+        return "done", f"{summary.get('wall_clock_s') or 0.0:.0f} s{where}"
     missing = [n for n in run.needs if n not in done]
     if missing:
         return "blocked", "needs " + ", ".join(missing)

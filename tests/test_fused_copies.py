@@ -16,7 +16,7 @@ import pytest
 from jaxrl import registry
 from jaxrl.cli import parse_train_args
 from jaxrl.loops import fused
-from jaxrl.loops.harness import strongly_typed
+from jaxrl.loops.device import strongly_typed
 from jaxrl.run.runs import make_jax_envs
 
 CAPACITY = 100_003

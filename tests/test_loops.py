@@ -15,7 +15,7 @@ from flax import struct
 
 from jaxrl import registry
 from jaxrl.loops import NONFINITE, Cadence, TrainConfig, nonfinite
-from jaxrl.loops.harness import Points
+from jaxrl.loops.cadence import Points
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
@@ -272,3 +272,42 @@ def test_resumed_settings_replace_config_json_only_after_the_restore(tmp_path):
     with pytest.raises(ValueError, match="offline phase"):
         Harness("sac", cfg, [bad]).resume(state)
     assert recorded(bad) == 100 and not os.path.exists(os.path.join(bad, "config.pending.json"))
+
+
+def test_summary_wall_clock_counts_every_segment_of_a_resumed_run(tmp_path):
+    """``wall_clock_s`` adds the segments before a resume (carried in the checkpoint meta)."""
+    import json
+
+    from flax import struct
+
+    from jaxrl.loops import prepare_run_dir
+    from jaxrl.loops.harness import Harness
+
+    @struct.dataclass
+    class State:
+        x: jax.Array
+        nonfinite: jax.Array
+
+    out, state = str(tmp_path / "run"), State(jnp.zeros(2), jnp.zeros((), jnp.int32))
+    prepare_run_dir(out, {"agent": "sac", "train": {"total_steps": 20}})
+    cfg = TrainConfig(total_steps=20, progress=False, tensorboard=False)
+    first = Harness("sac", cfg, [out])
+    first.resume(state)
+    with first:
+        first.advance(10)
+        first.wall_before = 1000.0  # as if the first segment had taken 1000 s
+        first.save(state)
+    second = Harness("sac", cfg, [out])
+    second.resume(state)
+    assert second.step == 10 and 1000.0 <= second.wall_before < 1100.0
+    with second:
+        second.advance(10)
+    (summary,) = second.finish()
+    with open(os.path.join(out, "summary.json")) as f:
+        assert json.load(f)["wall_clock_s"] == summary["wall_clock_s"]
+    assert 1000.0 <= summary["wall_clock_s"] < 1100.0 and summary["completed"]
+    # A checkpoint written before the wall clock was carried: the total is unknown, not wrong.
+    second.ckpts[0].save(20, state, {"step": 20, "phase": "online"})
+    third = Harness("sac", cfg, [out])
+    third.resume(state)
+    assert third.wall_before is None and third.wall_clock() is None

@@ -13,7 +13,7 @@ import pytest
 from jaxrl.envs import EnvError
 from jaxrl.envs.jax_envs import BraxCore, VecEnv, make_core, make_jax_env, parse_env_id
 from jaxrl.envs.randomization import Ranges, randomize, ranges_from_options
-from jaxrl.loops.harness import strongly_typed
+from jaxrl.loops.device import strongly_typed
 
 
 @pytest.fixture(scope="module")

@@ -28,10 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl.errors import ConfigError
-from jaxrl.loops.cadence import Cadence, Points, StopFlag, eval_hooks, on_eval
+from jaxrl.loops.cadence import Cadence, Points, StopFlag, eval_hooks
 from jaxrl.loops.checkpoint import Checkpointer
 from jaxrl.loops.config import TrainConfig, commit_run_config
-from jaxrl.loops.device import NONFINITE, compile_cache, nonfinite, strongly_typed
+from jaxrl.loops.device import NONFINITE
 from jaxrl.loops.logging import RunLogger, write_json
 from jaxrl.loops.mesh import host_array, member, primary
 
@@ -77,7 +77,9 @@ class Harness:
         self.ckpts = [
             Checkpointer(os.path.join(o, "checkpoints"), max_to_keep=cfg.max_to_keep) for o in outs
         ]
-        self.step, self.updates = 0, 0
+        # Wall clock of the segments before this one (a resumed run's summary counts them all).
+        self.step, self.updates, self.wall_before = 0, 0, 0.0
+        self._start = (0, time.perf_counter())
         self.last_eval = np.full((len(outs), 2), np.nan)
         self.stop, self.bar, self._warned = StopFlag(), None, False
         self._pending_eval, self.last_nonfinite = False, [0] * len(outs)
@@ -151,6 +153,7 @@ class Harness:
                 if self.stacked:
                     state = jax.tree.map(lambda *xs: jnp.stack(xs), *restored)
                 self.step = int(metas[0]["step"])
+                self.wall_before = metas[0].get("wall_clock_s")  # None: a checkpoint from before
         return state, metas
 
     def completed(self) -> list[dict[str, Any]] | None:
@@ -331,6 +334,7 @@ class Harness:
                 continue
             part = member(state, i) if self.stacked else state
             meta = {"step": self.step, "last_eval": self.last_eval[i].tolist(), "phase": self.phase}
+            meta["wall_clock_s"] = self.wall_clock()
             meta |= metas[i] if metas else {}
             ckpt.save(self.step_offset + self.step, part, meta)
 
@@ -345,9 +349,14 @@ class Harness:
 
     # -- the end ------------------------------------------------------------------------------
 
+    def wall_clock(self) -> float | None:
+        """Seconds of training over every segment of a resumed run (None: a segment is unknown)."""
+        now = time.perf_counter() - self._start[1]
+        return None if self.wall_before is None else self.wall_before + now
+
     def finish(self, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Close the bar and loggers, plot, and write each member's ``summary.json``."""
-        wall = time.perf_counter() - self._start[1]
+        """Close the bar and loggers, plot, write ``summary.json`` (rates: this segment's)."""
+        total, wall = self.wall_clock(), time.perf_counter() - self._start[1]
         self.close()
         for i, logger in enumerate(self.loggers):
             seed = f" (seed {self.seeds[i]})" if self.stacked else ""
@@ -371,7 +380,7 @@ class Harness:
                 "final_eval_return_mean": mean if ok else None,
                 "final_eval_return_std": std if ok else None,
                 "normalized_score": self.score_fn(mean) if ok else None,
-                "wall_clock_s": wall,
+                "wall_clock_s": total,
                 "env_steps_per_s": (self.step - self._start[0]) / max(wall, 1e-9),
                 "updates_per_s": self.updates / max(wall, 1e-9),
                 "completed": ok,
@@ -387,14 +396,4 @@ class Harness:
         return summaries
 
 
-__all__ = [
-    "NONFINITE",
-    "Cadence",
-    "Harness",
-    "Points",
-    "StopFlag",
-    "compile_cache",
-    "nonfinite",
-    "on_eval",
-    "strongly_typed",
-]
+__all__ = ["Harness"]
