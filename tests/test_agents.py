@@ -154,8 +154,8 @@ LEARN = {
     # host (another RNG stream), which moved the dips: seed 4 -215/-480/-654 at 12k/13k/14k,
     # seed 2 -500/-327 at 16k/17k. At 15k, seeds 0-4: -113, -134, -122, -133, -123.
     "td3": ({"hidden_dims": (128, 128), "learning_starts": 1000}, 15_000, -250.0),
-    # CrossQ at SBX's settings with 128-wide nets: it swings up by ~4k steps (seeds 0, 1: -110,
-    # -136 at 4k; -543, -307 at 3k); 5k leaves a margin.
+    # CrossQ at SBX's settings with 128-wide nets: it swings up by ~4k steps (seeds 0-4 at 4k:
+    # -110, -136, -134, -589, -143; seeds 0, 1 at 3k: -543, -307); 5k leaves a margin.
     "crossq": (
         {
             "actor_hidden_dims": (128, 128),

@@ -275,7 +275,7 @@ def test_pretrained_agent_continues_with_a_constant_bc_rate():
 # ------------------------------------------------------------------------------------- learning
 
 BC_STEPS = 3000
-ONLINE_STEPS = 40_000
+ONLINE_STEPS = 25_000
 MARGIN = 100.0
 
 
