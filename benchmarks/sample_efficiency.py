@@ -96,7 +96,9 @@ def write(
         "",
         "Mean ± std over seeds of the evaluation return (10 deterministic episodes) at 20k, 50k "
         "and 100k env steps; wall: mean wall clock of a finished 100k-step run on this "
-        "machine's 2 CPU cores. Published: SimbaV2's baseline tables (MuJoCo v4, other "
+        "machine's 2 CPU cores, over every segment of a resumed run. The runs go at low priority "
+        "beside other work, so this column is their cost, not a speed comparison: speed is the "
+        "side-by-side table below. Published: SimbaV2's baseline tables (MuJoCo v4, other "
         "hardware, 10 seeds).",
         "",
         "| task | library | agent | seeds | 20k | 50k | 100k | per seed at 100k | wall per run "
