@@ -1,4 +1,4 @@
-"""Where one env step of the host loop spends its time (issue 15's profile, host side).
+"""Where one env step of the host loop spends its time (the host side).
 
 Runs `jaxrl train` (SAC or TD3, paper defaults, HalfCheetah-v5, 1 env, 1 update per step) twice
 under ``cProfile``, for ``--steps`` and ``--steps + --extra`` env steps, and reports the
@@ -18,7 +18,7 @@ steady state. The host loop's parts are the methods it calls once per step:
 read the split, not the absolute rate (``benchmarks/throughput.py`` measures that).
 
 Run it on two checkouts for a before/after table: the columns of ``--compare FILE`` (an
-earlier run's JSON, e.g. of the loop before issue 15) are shown beside this run's.
+earlier run's JSON, e.g. of an older loop) are shown beside this run's.
 
 Usage:
     .venv/bin/python benchmarks/profile_host.py [--agent sac] [--steps 2000] [--extra 2000]

@@ -110,7 +110,7 @@ def _peer(script: str, seed: int, steps: int, every: int, *extra: str) -> tuple:
     )
 
 
-# Budgets (the tables state them). Online: the 100k env steps. Offline: gradient steps per
+# Budgets (the tables state them). Online: 100k env steps. Offline: gradient steps per
 # agent, chosen so that one run takes at most about an hour on 2 CPU cores (the papers train 1M;
 # CQL's 3x10 sampled actions per update make it ~30x slower than IQL here).
 ONLINE_STEPS = 100_000

@@ -150,10 +150,16 @@ LEARN = {
     # 6k, -433 at 9k, -121 from 10k to 15k; seed 6 -127 at 9k, -610 at 12k, -126 from 13k to
     # 16k. The old budget of 9k ended inside seed 4's dip, 12k inside seed 6's; 14k is 1k steps
     # past the latest dip seen. Measured at 14k, seeds 0-6: -110, -135, -121, -132, -121, -132,
-    # -127 (at 9k: -114, -138, -125, -132, -433). Issue 15 draws the minibatch rows on the
-    # host (another RNG stream), which moved the dips: seed 4 -215/-480/-654 at 12k/13k/14k,
-    # seed 2 -500/-327 at 16k/17k. At 15k, seeds 0-4: -113, -134, -122, -133, -123.
-    "td3": ({"hidden_dims": (128, 128), "learning_starts": 1000}, 15_000, -250.0),
+    # -127 (at 9k: -114, -138, -125, -132, -433). Drawing the minibatch rows on the host
+    # (another RNG stream) moved the dips: seed 4 -215/-480/-654 at 12k/13k/14k, seed 2
+    # -500/-327 at 16k/17k. At 15k, seeds 0-4: -113, -134, -122, -133, -123. The test runs
+    # batch 128 (36 -> 26 s here): -110, -136, -127, -133, -124. SAC stays at 256: at 128 its
+    # seed 1 returned -205.
+    "td3": (
+        {"hidden_dims": (128, 128), "learning_starts": 1000, "batch_size": 128},
+        15_000,
+        -250.0,
+    ),
     # CrossQ at SBX's settings with 128-wide nets and batch 128 (SBX: 256; half the update cost,
     # 27 -> 20 s here). At 5k, seeds 0-4: -111, -133, -133, -158, -134 (batch 256: -109, -133,
     # -134, -149, -157). With batch 256 it swings up by ~4k steps (seeds 0-4 at 4k: -110, -136,

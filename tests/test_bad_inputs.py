@@ -1,4 +1,4 @@
-"""The bad-input corpus (issue 19, item 2): every mistake a user can make gets one clear line.
+"""The bad-input corpus: every mistake a user can make gets one clear line.
 
 Each case is one bad input — a file, a flag, a run directory — given to jaxrl the way a user
 gives it: through the command line (``jaxrl.cli.main``), or through the public function a script
@@ -865,7 +865,7 @@ def test_jax_env_unknown_option_lists_the_options(ctx, capsys):
 
 PRE_EXISTING = {
     # file: {test function: collected cases} of user-facing bad-input tests written before this
-    # corpus (the families of issue 19: datasets, env ids and options, config values, grids,
+    # corpus (the families: datasets, env ids and options, config values, grids,
     # run directories, checkpoints, export). Internal API misuse (buffers, planner calls) is not
     # counted.
     "test_errors.py": {
@@ -933,7 +933,7 @@ PRE_EXISTING = {
 
 
 def test_corpus_size():
-    """At least 40 new cases (issue 19); the README quotes them with the pre-existing ones."""
+    """At least 40 new cases; the README quotes them with the pre-existing ones."""
     assert len(CASES) >= 40
     assert len({c.id for c in CASES}) == len(CASES)
     here = os.path.dirname(os.path.abspath(__file__))

@@ -49,7 +49,7 @@ from jaxrl.run.runs import load_run
 pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KILL_SEED = 19  # the kill points are drawn from this seed (issue 19)
+KILL_SEED = 19  # the kill points are drawn from this seed
 PLACES = ("step", "log", "save")
 TIMEOUT = 300  # seconds for one subprocess: far above the few seconds each takes
 

@@ -1,4 +1,4 @@
-"""Issue 14's reference deviations: RLPD's update schedule, ReBRAC's masked penalty, Brax's GAE."""
+"""Reference deviations, fixed: RLPD's update schedule, ReBRAC's masked penalty, Brax's GAE."""
 
 import jax
 import jax.numpy as jnp

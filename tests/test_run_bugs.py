@@ -1,5 +1,5 @@
 """Run directories of offline agents: online fine-tuning trains every network, and offline agents
-evaluated on JAX envs see raw observations and can be reopened (issue 14, section 2)."""
+evaluated on JAX envs see raw observations and can be reopened."""
 
 from __future__ import annotations
 
