@@ -128,7 +128,7 @@ def test_discriminators_learn_to_tell_the_dynamics_apart():
     from jaxrl.networks import gradient_step
 
     cfg = H2OConfig(hidden_dims=(16, 16), disc_hidden_dims=(32, 32), disc_lr=1e-3)
-    agent = H2O.create(cfg, jnp.zeros(3), jnp.zeros(1), 0)
+    agent = jax.jit(lambda: H2O.create(cfg, jnp.zeros(3), jnp.zeros(1), 0))()
 
     def batch(key):
         k = jax.random.split(key, 2)
@@ -144,7 +144,7 @@ def test_discriminators_learn_to_tell_the_dynamics_apart():
 
     keys = jax.random.split(jax.random.key(3), 300)
     agent, _ = jax.jit(lambda a: jax.lax.scan(step, a, keys))(agent)
-    _, _, info = dynamics_weights(agent, batch(jax.random.key(99)), jax.random.key(4))
+    _, _, info = jax.jit(dynamics_weights)(agent, batch(jax.random.key(99)), jax.random.key(4))
     assert float(info["h2o/log_ratio_real"]) > float(info["h2o/log_ratio_sim"]) + 1.0
     assert float(info["h2o/w_sim"]) < 0.6
 
