@@ -4,6 +4,7 @@ of updates when learning starts (registry kind "planner", ``sequence_field``, ``
 """
 
 import dataclasses
+import logging
 import os
 
 import gymnasium as gym
@@ -100,7 +101,7 @@ SPEC = AgentSpec(
 )
 
 
-def test_host_loop_carries_the_plan_samples_sequences_and_bursts(tmp_path):
+def test_host_loop_carries_the_plan_samples_sequences_and_bursts(tmp_path, caplog):
     cfg = ProbeConfig(learning_starts=40, batch_size=16, buffer_size=50)
     steps, out = 200, str(tmp_path / "run")
     train = TrainConfig(
@@ -117,8 +118,12 @@ def test_host_loop_carries_the_plan_samples_sequences_and_bursts(tmp_path):
     env, eval_env = make_env(train.env), make_env(train.env)
     prepare_run_dir(out, run_config(SPEC.name, cfg, train))
     agent = Probe.create(cfg, env.obs_example, env.action_example, 0)
-    summary = train_host(SPEC, agent, env, eval_env, train, out)
+    with jax.log_compiles(True), caplog.at_level(logging.WARNING, logger="jax"):
+        summary = train_host(SPEC, agent, env, eval_env, train, out)
     assert summary["completed"]
+    # The burst went through the step's own update program: one compilation, not one per length.
+    compiled = [r for r in caplog.records if r.getMessage().startswith("Compiling jit(_learn)")]
+    assert len(compiled) == 1, [r.getMessage()[:120] for r in compiled]
     template = init_loop_state(SPEC, agent, env)
     state, _ = Checkpointer(os.path.join(out, "checkpoints")).restore(template)
     count, mismatches = np.asarray(state.plan[0]), np.asarray(state.plan[1])

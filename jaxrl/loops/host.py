@@ -101,6 +101,19 @@ def _learn(
     return agent, nonfinite + bad, info
 
 
+def _chunks(rows: tuple, size: int) -> list[tuple]:
+    """``rows`` (minibatches on the leading axis, and prior rows or None) in runs of ``size``.
+
+    The pretraining burst goes through the step's own compiled update ``size`` minibatches at a
+    time, in the same order, instead of compiling a second program for its length (seconds per
+    run); a remainder, where ``size`` does not divide the burst, is one shorter call.
+    """
+    total = len(rows[0])
+    return [
+        tuple(None if r is None else r[i : i + size] for r in rows) for i in range(0, total, size)
+    ]
+
+
 def _refit(
     agent: Any, nonfinite: jax.Array, buffer: BufferState, *, on_nonfinite: str = "stop"
 ) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
@@ -225,7 +238,8 @@ def train_host(
             refit = refit and bool(refit_due(h.step + n, n, acfg.learning_starts, refit_every))
             at = h.advance(n, (num_updates + burst * learn_start) if minibatches else int(refit))
             if burst:  # pretraining on the random-action data, then the step's own update
-                state, info = update(state, sampler.draw(host, learn_start))
+                for rows_k in _chunks(sampler.draw(host, learn_start), num_updates):
+                    state, info = update(state, rows_k)
             if minibatches and not early:
                 state, info = update(state, rows if rows is not None else sampler.draw(host))
             if refit:
