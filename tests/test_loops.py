@@ -311,3 +311,47 @@ def test_summary_wall_clock_counts_every_segment_of_a_resumed_run(tmp_path):
     third = Harness("sac", cfg, [out])
     third.resume(state)
     assert third.wall_before is None and third.wall_clock() is None
+
+
+def _other_process_claims(out: str, hold: bool):
+    """A second Python process claiming ``out``: held until killed, or just tried (exit 0/1)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, time\nfrom jaxrl.loops.config import claim_run_dir\n"
+        "try:\n    claim_run_dir(sys.argv[1])\nexcept Exception as e:\n    print(e); sys.exit(1)\n"
+        "print('claimed', flush=True)\n" + ("time.sleep(600)\n" if hold else "")
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, out], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    if hold:
+        assert proc.stdout.readline().strip() == "claimed"
+    return proc
+
+
+def test_a_run_directory_trains_in_one_process_at_a_time(tmp_path, capsys):
+    """A second trainer on a run directory is refused, changing nothing; the lock goes with
+    the process that held it (killed, it leaves nothing to clean up) and with a run's end."""
+    from jaxrl.cli import main
+
+    out = str(tmp_path / "run")
+    argv = ["train", "sac", "--env", "jax:pendulum", "--num-envs", "2", "--total-steps", "64"]
+    argv += ["--learning-starts", "32", "--batch-size", "8", "--hidden-dims", "8", "8"]
+    argv += ["--eval-every", "64", "--eval-episodes", "1", "--no-progress", "--out", out]
+    os.makedirs(out)
+    holder = _other_process_claims(out, hold=True)
+    try:
+        with pytest.raises(SystemExit) as err:
+            main(argv)
+        assert err.value.code == 2
+        assert "being trained by another process" in capsys.readouterr().err
+        assert sorted(os.listdir(out)) == [".lock"]  # no config.json, no checkpoint
+    finally:
+        holder.kill()
+        holder.wait()
+    main(argv)  # the holder died: its lock went with it
+    assert os.path.exists(os.path.join(out, "summary.json"))
+    # The finished run let go of the directory, though this process is still alive.
+    assert _other_process_claims(out, hold=False).wait() == 0

@@ -193,7 +193,9 @@ def prepare_run_dir(out: str, config: dict[str, Any], check_only: bool = False) 
     path = os.path.join(out, "config.json")
     config = json.loads(json.dumps(config))  # tuples -> lists, as they are stored
     if not os.path.exists(path):
-        write_json(path, config)
+        if not check_only:
+            claim_run_dir(out)
+            write_json(path, config)
         return
     try:
         with open(path) as f:
@@ -229,6 +231,7 @@ def prepare_run_dir(out: str, config: dict[str, Any], check_only: bool = False) 
             )
     if check_only:
         return
+    claim_run_dir(out)
     if old != config:
         write_json(os.path.join(out, PENDING), config)
     elif os.path.exists(os.path.join(out, PENDING)):  # left by an earlier resume that failed
@@ -236,6 +239,49 @@ def prepare_run_dir(out: str, config: dict[str, Any], check_only: bool = False) 
 
 
 PENDING = "config.pending.json"
+LOCK = ".lock"
+_CLAIMED: dict[str, Any] = {}  # run directory (real path) -> the open lock file this process holds
+
+
+def claim_run_dir(out: str) -> None:
+    """Make this process the only one training ``out``, or refuse while another one does.
+
+    An exclusive ``flock`` on ``out/.lock``, held until ``release_run_dirs`` (the harness calls it
+    when the run ends) or the process exits, whichever comes first; the OS drops it when a
+    process dies, so a killed run leaves nothing to clean up. Two processes writing one run
+    directory would interleave their checkpoints and metrics rows. Claiming a directory this
+    process already holds does nothing. Where the filesystem has no ``flock`` (some network
+    mounts) or the OS none (Windows), there is no guard.
+    """
+    key = os.path.realpath(out)
+    if key in _CLAIMED or not primary():
+        return
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system
+        return
+    handle = open(os.path.join(out, LOCK), "a")  # noqa: SIM115 (held open while the run lasts)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ConfigError(
+            f"{out} is being trained by another process (it holds {os.path.join(out, LOCK)}). "
+            "Wait for that run to end or stop it (it resumes later from its checkpoint), or use "
+            "a new --out directory."
+        ) from None
+    except OSError:  # no flock on this filesystem
+        handle.close()
+        return
+    _CLAIMED[key] = handle
+
+
+def release_run_dirs(outs: list[str]) -> None:
+    """Let other processes train ``outs`` again (``claim_run_dir``); nothing where not held."""
+    for out in outs:
+        handle = _CLAIMED.pop(os.path.realpath(out), None)
+        if handle is not None:
+            handle.close()
 
 
 def commit_run_config(out: str, keep: bool = True) -> None:
@@ -253,4 +299,12 @@ def commit_run_config(out: str, keep: bool = True) -> None:
             os.remove(pending)
 
 
-__all__ = ["TrainConfig", "commit_run_config", "default_out", "prepare_run_dir", "run_config"]
+__all__ = [
+    "TrainConfig",
+    "claim_run_dir",
+    "commit_run_config",
+    "default_out",
+    "prepare_run_dir",
+    "release_run_dirs",
+    "run_config",
+]

@@ -30,7 +30,7 @@ import numpy as np
 from jaxrl.errors import ConfigError
 from jaxrl.loops.cadence import Cadence, Points, StopFlag, eval_hooks
 from jaxrl.loops.checkpoint import Checkpointer
-from jaxrl.loops.config import TrainConfig, commit_run_config
+from jaxrl.loops.config import TrainConfig, commit_run_config, release_run_dirs
 from jaxrl.loops.device import NONFINITE
 from jaxrl.loops.logging import RunLogger, write_json
 from jaxrl.loops.mesh import host_array, member, primary
@@ -172,6 +172,7 @@ class Harness:
             summaries.append(summary)
         print(f"{', '.join(self.outs)} already completed {self.step} steps; nothing to do.")
         self.close()
+        release_run_dirs(self.outs)
         return summaries
 
     # -- the loop -----------------------------------------------------------------------------
@@ -207,7 +208,7 @@ class Harness:
         exception such as Optuna's ``TrialPruned``). Before the ``with`` block nothing is
         open: the loggers start wandb on entering it and TensorBoard at their first row, so a
         loop whose setup fails leaks nothing. ``failed``: the run ended by an exception (the
-        wandb run is marked failed).
+        wandb run is marked failed, and no ``finish`` follows: the run directories are freed).
         """
         bar, self.bar = self.bar, None
         try:
@@ -216,6 +217,8 @@ class Harness:
         finally:
             for logger in self.loggers:
                 logger.close(failed)
+            if failed:
+                release_run_dirs(self.outs)
 
     def running(self) -> bool:
         """True until the budget is done or a stop signal arrived.
@@ -244,11 +247,7 @@ class Harness:
         return self.cadence.at(prev, self.step)
 
     def end_budget_here(self) -> None:
-        """Make the current step the end of the budget, so a run that finished early is complete.
-
-        The plan loop's budget is an upper bound (every episode at its time limit); episodes
-        that terminate sooner end the run sooner.
-        """
+        """End the budget here (the plan loop's: episodes that terminate early end it early)."""
         self.cadence = dataclasses.replace(self.cadence, total_steps=self.step)
 
     def rate(self) -> float:
@@ -393,6 +392,7 @@ class Harness:
             if self.primary:
                 write_json(os.path.join(out, "summary.json"), summary)
             summaries.append(summary)
+        release_run_dirs(self.outs)  # written: other processes may resume or extend the runs
         return summaries
 
 
