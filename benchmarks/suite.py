@@ -10,13 +10,15 @@ their budgets are the table's budgets.
     .venv/bin/python benchmarks/suite.py --nice                 # run what is unfinished, nice 19
     .venv/bin/python benchmarks/suite.py --only 'online/Hopper*' # a subset (fnmatch on the name)
     .venv/bin/python benchmarks/suite.py --report               # only rewrite the tables
+    .venv/bin/python benchmarks/suite.py --nice --workers 2     # two runs at once
 
-Runs go one at a time, in the listed order (datasets before the offline runs that read them).
-Stopping the suite (Ctrl-C, SIGTERM, a killed session) stops the current run at its next
-checkpoint-safe point; running the suite again skips every finished run (its directory holds
-``summary.json``) and resumes the unfinished ones from their checkpoints. After each finished run
-the tables ``benchmarks/results/suite.{md,json}`` and the plots are rewritten (``--commit`` also
-commits them), so a partial suite always has a partial table that says what is missing.
+Runs go in the listed order (datasets before the offline runs that read them), one at a time or
+``--workers N`` at once (``suite_runner.py``). Stopping the suite (Ctrl-C, SIGTERM, a killed
+session) stops the current runs at their next checkpoint-safe point; running the suite again
+skips every finished run (its directory holds ``summary.json``) and resumes the unfinished ones
+from their checkpoints. After each finished run the tables ``benchmarks/results/suite.{md,json}``
+and the plots are rewritten (``--commit`` also commits them), so a partial suite always has a
+partial table that says what is missing.
 """
 
 from __future__ import annotations
@@ -25,14 +27,15 @@ import argparse
 import dataclasses
 import fnmatch
 import os
-import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 
 # benchmarks/ is on sys.path as a script
 from suite_report import archive_dir, archive_run, finished_dir, read_json, write_report
+from suite_runner import Runner, held_elsewhere, run_queue
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = os.path.join(ROOT, "benchmarks", "peers")
@@ -241,7 +244,7 @@ SUITES: dict[str, Callable[[], list[Run]]] = {"full": full_suite, "smoke": smoke
 
 
 def state(run: Run, root: str, done: set[str], archive: str) -> tuple[str, str]:
-    """``(state, detail)`` of a run: done, partial, blocked, no-venv or pending."""
+    """``(state, detail)`` of a run: done, running, partial, blocked, no-venv or pending."""
     out = os.path.join(root, run.name)
     found = finished_dir(run, root, archive)
     if found is not None:
@@ -253,6 +256,8 @@ def state(run: Run, root: str, done: set[str], archive: str) -> tuple[str, str]:
         return "blocked", "needs " + ", ".join(missing)
     if not os.path.exists(VENVS[run.impl][0]):
         return "no-venv", f"needs `{VENVS[run.impl][1]}`"
+    if os.path.isdir(out) and held_elsewhere(out):
+        return "running", f"another process trains it, at step {_last_step(out)} of {run.budget}"
     if os.path.isdir(out):
         return "partial", f"at step {_last_step(out)} of {run.budget}"
     return "pending", ""
@@ -277,38 +282,6 @@ def finished(runs: list[Run], root: str, archive: str) -> set[str]:
     return done
 
 
-class Stop(Exception):
-    """The suite was asked to stop (SIGINT / SIGTERM); the current run saved its state."""
-
-
-def execute(run: Run, root: str, log: Callable[[str], None]) -> int:
-    """Run one command to its end (or to a stop); stdout and stderr go to ``DIR.log``."""
-    out = os.path.join(root, run.name)
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    log(f"start {run.name}")
-    t0 = time.time()
-    with open(out + ".log", "a") as f:
-        f.write(f"\n$ {' '.join(run.command(root))}\n")
-        f.flush()
-        child = subprocess.Popen(run.command(root), stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
-        stopping: list[int] = []
-
-        def forward(signum: int, _frame: object) -> None:
-            stopping.append(signum)  # jaxrl saves a checkpoint on SIGTERM/SIGINT and exits
-            child.send_signal(signal.SIGTERM)
-
-        old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            rc = child.wait()
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
-    log(f"end {run.name} rc={rc} {time.time() - t0:.0f}s")
-    if stopping:
-        raise Stop
-    return rc
-
-
 def _commit(paths: list[str], message: str) -> None:
     subprocess.run(["git", "add", "--", *paths], cwd=ROOT, check=False)
     subprocess.run(["git", "commit", "-q", "-m", message, "--", *paths], cwd=ROOT, check=False)
@@ -326,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nice", action="store_true", help="run at the lowest CPU priority (19)")
     p.add_argument("--commit", action="store_true", help="git-commit the tables after each run")
     p.add_argument("--max-runs", type=int, default=None, help="stop after this many runs")
+    p.add_argument("--workers", type=int, default=1, help="runs at once (2 cores: 2 is faster)")
     a = p.parse_args(argv)
     root = os.path.abspath(a.root)
     runs = SUITES[a.suite]()
@@ -353,37 +327,34 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, flush=True)
 
     by_name = {r.name: r for r in runs}
-    count = 0
-    for r in chosen:
-        st, detail = state(r, root, done, archive)
-        if st in ("done", "blocked", "no-venv"):
-            if st != "done":
-                log(f"skip {r.name}: {detail}")
-            continue
-        if a.max_runs is not None and count >= a.max_runs:
-            break
-        count += 1
-        # A need finished in an earlier checkout is archived, but its files (a dataset) are not:
-        # remake it here first (deterministic given its seed on one machine).
-        todo = [by_name[n] for n in r.needs if finished_dir(by_name[n], root, None) is None]
-        try:
-            for run in (*todo, r):
-                before = read_json(os.path.join(archive, run.name, "manifest.json"))
-                rc = execute(run, root, log)
-                after = read_json(os.path.join(root, run.name, "manifest.json"))
-                if before and after and before.get("files") != after.get("files"):
-                    log(f"{run.name}: remade files differ from the archived ones (other CPU?)")
-                if finished_dir(run, root, None) is None:
-                    log(f"failed {run.name} (exit {rc}); see {os.path.join(root, run.name)}.log")
-                    break
-                done.add(run.name)
-                written = archive_run(run, root, archive)
-                written += write_report(runs, root, a.results, a.suite)
-                if a.commit:
-                    _commit(written, f"benchmarks/results/suite: {run.name} finished")
-        except Stop:
-            log("stopped: rerun the same command to continue")
-            return 130
+    report = threading.Lock()  # workers finish runs one at a time: archive, tables, commit
+
+    def remake(r: Run) -> list[Run]:
+        # A need finished in an earlier checkout is archived, but its files (a dataset) are
+        # not: remake it here first (deterministic given its seed on one machine).
+        return [by_name[n] for n in r.needs if finished_dir(by_name[n], root, None) is None]
+
+    def finish(run: Run, rc: int) -> bool:
+        with report:
+            before = read_json(os.path.join(archive, run.name, "manifest.json"))
+            after = read_json(os.path.join(root, run.name, "manifest.json"))
+            if before and after and before.get("files") != after.get("files"):
+                log(f"{run.name}: remade files differ from the archived ones (other CPU?)")
+            if finished_dir(run, root, None) is None:
+                log(f"failed {run.name} (exit {rc}); see {os.path.join(root, run.name)}.log")
+                return False
+            done.add(run.name)
+            written = archive_run(run, root, archive)
+            written += write_report(runs, root, a.results, a.suite)
+            if a.commit:
+                _commit(written, f"benchmarks/results/suite: {run.name} finished")
+            return True
+
+    runner = Runner(root, log)
+    rc = run_queue(chosen, lambda r: state(r, root, done, archive), remake, finish, runner,
+                   a.workers, a.max_runs)  # fmt: skip
+    if rc:
+        return rc
     write_report(runs, root, a.results, a.suite)
     return 0
 

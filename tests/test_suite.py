@@ -41,11 +41,23 @@ def _eval_steps(run_dir) -> list[int]:
 
 @pytest.mark.slow
 def test_a_stopped_suite_resumes_and_never_repeats_a_finished_run(tmp_path):
-    """SIGTERM during the second run; the rerun skips the first and resumes the second."""
+    """SIGTERM during the second run; the rerun skips the first and resumes the second. A run
+    another process trains (its directory's lock held) is left to it."""
+    import fcntl
+
     runs = tmp_path / "runs" / "online" / "jax:pendulum"
     sac, td3 = runs / "jaxrl-sac" / "s0", runs / "jaxrl-td3" / "s0"
     listing = subprocess.run(_suite(tmp_path, "--list"), capture_output=True, text=True)
     assert listing.returncode == 0 and listing.stdout.count("pending") == 2, listing.stdout
+
+    td3.mkdir(parents=True)
+    with open(td3 / ".lock", "a") as held:  # as a `jaxrl train` of td3 in another process
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        listing = subprocess.run(_suite(tmp_path, "--list"), capture_output=True, text=True)
+        assert "running  online/jax:pendulum/jaxrl-td3" in listing.stdout, listing.stdout
+        left = subprocess.run(_suite(tmp_path, "--only", "*td3*"), capture_output=True, text=True)
+        assert left.returncode == 0 and "another process trains it" in left.stdout, left.stdout
+        assert not (td3 / "metrics.csv").exists()
 
     suite = subprocess.Popen(_suite(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.time() + 300
@@ -100,3 +112,63 @@ def test_only_selects_runs_and_rejects_a_pattern_that_matches_none(tmp_path):
         _suite(tmp_path, "--list", "--only", "nothing*"), capture_output=True, text=True
     )
     assert bad.returncode == 2 and "matches none" in bad.stderr
+
+
+class _Job:
+    """A stand-in for a suite run: a short Python child that records its start and end."""
+
+    def __init__(self, name: str, seconds: float, needs: tuple[str, ...] = ()):
+        self.name, self.seconds, self.needs = name, seconds, needs
+
+    def command(self, root: str) -> list[str]:
+        code = f"import time; time.sleep({self.seconds})"
+        return [sys.executable, "-c", code]
+
+
+def _queue(tmp_path, jobs, workers, needs=(), stop_after=None):
+    """Run fake jobs through ``run_queue`` (``needs``: jobs to remake first, as an archived-only
+    dataset is); the log lines without their timings, and the return code."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        from suite_runner import Runner, run_queue
+    finally:
+        sys.path.pop(0)
+    lines, done = [], set()
+    runner = Runner(str(tmp_path), lines.append)
+    if stop_after is not None:
+        import threading
+
+        threading.Timer(stop_after, runner.stop, (signal.SIGTERM, None)).start()
+    by_name = {j.name: j for j in (*jobs, *needs)}
+
+    def finish(job, rc):
+        done.add(job.name)
+        return rc == 0
+
+    rc = run_queue(
+        jobs,
+        lambda j: ("done", "") if j.name in done else ("pending", ""),
+        lambda j: [by_name[n] for n in j.needs if n not in done],
+        finish,
+        runner,
+        workers,
+    )
+    return [" ".join(line.split()[:2]) for line in lines], rc
+
+
+def test_workers_run_jobs_at_once_and_a_remade_need_once(tmp_path):
+    """Two workers start two runs together; a dataset two runs need is remade once, by the
+    worker that took the first of them, while the other worker goes on with a run that does
+    not need it; a stop ends every child and returns 130."""
+    data = _Job("data", 1.5)
+    jobs = [_Job("a", 0.5, ("data",)), _Job("b", 0.5, ("data",)), _Job("c", 0.5)]
+    lines, rc = _queue(tmp_path, jobs, workers=2, needs=[data])
+    assert rc == 0, lines
+    assert lines.count("start data") == 1, lines
+    assert lines.index("start c") < lines.index("end data"), lines  # no idle worker
+    assert lines.index("end data") < min(lines.index("start a"), lines.index("start b")), lines
+    ends = sorted(x for x in lines if x.startswith("end"))
+    assert ends == ["end a", "end b", "end c", "end data"], lines
+    lines, rc = _queue(tmp_path, [_Job("x", 60.0), _Job("y", 60.0)], workers=2, stop_after=3.0)
+    assert rc == 130 and sorted(lines[:2]) == ["start x", "start y"], lines
+    assert lines[-1].startswith("stopped"), lines
