@@ -35,7 +35,9 @@ from collections.abc import Callable
 
 # benchmarks/ is on sys.path as a script
 from suite_report import archive_dir, archive_run, finished_dir, read_json, write_report
-from suite_runner import Runner, held_elsewhere, run_queue
+from suite_runner import Runner, run_queue
+
+from jaxrl.loops.config import run_dir_in_use
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = os.path.join(ROOT, "benchmarks", "peers")
@@ -256,7 +258,7 @@ def state(run: Run, root: str, done: set[str], archive: str) -> tuple[str, str]:
         return "blocked", "needs " + ", ".join(missing)
     if not os.path.exists(VENVS[run.impl][0]):
         return "no-venv", f"needs `{VENVS[run.impl][1]}`"
-    if os.path.isdir(out) and held_elsewhere(out):
+    if os.path.isdir(out) and run_dir_in_use(out):
         return "running", f"another process trains it, at step {_last_step(out)} of {run.budget}"
     if os.path.isdir(out):
         return "partial", f"at step {_last_step(out)} of {run.budget}"

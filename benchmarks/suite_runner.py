@@ -5,7 +5,7 @@ runs side by side did 1.39x the env steps per second of one alone (sac-fast on H
 env steps/s alone, 32 + 32 side by side), since a 256-wide network keeps neither core busy. A
 run's dataset recipe, when only its archive is here, is remade first by the same worker; no two
 workers take the same run, and a run another process is training (its run directory's lock is
-held: ``jaxrl.loops.config.claim_run_dir``) is left to it. A stop signal reaches every child,
+held: ``jaxrl.loops.config.run_dir_in_use``) is left to it. A stop signal reaches every child,
 each of which saves a checkpoint and exits; the suite then exits 130.
 """
 
@@ -24,22 +24,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 class Stop(Exception):
     """The suite was asked to stop (SIGINT / SIGTERM); the current runs saved their state."""
-
-
-def held_elsewhere(out: str) -> bool:
-    """True while some process holds the lock of the run directory ``out`` (it is training)."""
-    try:
-        import fcntl
-
-        with open(os.path.join(out, ".lock")) as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(f, fcntl.LOCK_UN)
-    except (ImportError, OSError):  # no lock file (never trained here), or no flock
-        return False
-    return False
 
 
 class Runner:

@@ -335,14 +335,17 @@ def test_a_run_directory_trains_in_one_process_at_a_time(tmp_path, capsys):
     """A second trainer on a run directory is refused, changing nothing; the lock goes with
     the process that held it (killed, it leaves nothing to clean up) and with a run's end."""
     from jaxrl.cli import main
+    from jaxrl.loops.config import run_dir_in_use
 
     out = str(tmp_path / "run")
     argv = ["train", "sac", "--env", "jax:pendulum", "--num-envs", "2", "--total-steps", "64"]
     argv += ["--learning-starts", "32", "--batch-size", "8", "--hidden-dims", "8", "8"]
     argv += ["--eval-every", "64", "--eval-episodes", "1", "--no-progress", "--out", out]
     os.makedirs(out)
+    assert not run_dir_in_use(out)  # never trained: no lock file
     holder = _other_process_claims(out, hold=True)
     try:
+        assert run_dir_in_use(out)
         with pytest.raises(SystemExit) as err:
             main(argv)
         assert err.value.code == 2
@@ -351,6 +354,7 @@ def test_a_run_directory_trains_in_one_process_at_a_time(tmp_path, capsys):
     finally:
         holder.kill()
         holder.wait()
+    assert not run_dir_in_use(out)
     main(argv)  # the holder died: its lock went with it
     assert os.path.exists(os.path.join(out, "summary.json"))
     # The finished run let go of the directory, though this process is still alive.

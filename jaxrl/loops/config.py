@@ -276,6 +276,30 @@ def claim_run_dir(out: str) -> None:
     _CLAIMED[key] = handle
 
 
+def run_dir_in_use(out: str) -> bool:
+    """True while another process holds ``out``'s lock (``claim_run_dir``): it is training there.
+
+    False where ``out`` was never claimed, where this process holds it, and where there is no
+    ``flock`` (the same cases in which ``claim_run_dir`` does not guard).
+    """
+    if os.path.realpath(out) in _CLAIMED:
+        return False
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    try:
+        with open(os.path.join(out, LOCK)) as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    except OSError:  # no lock file (never trained), or no flock on this filesystem
+        return False
+    return False
+
+
 def release_run_dirs(outs: list[str]) -> None:
     """Let other processes train ``outs`` again (``claim_run_dir``); nothing where not held."""
     for out in outs:
