@@ -27,7 +27,7 @@ gl:
 	apt-get install -y --no-install-recommends libegl1 libgl1 libosmesa6
 
 ## Check the layer contract and the docs, then run the test suite (learning tests included;
-## 25-35 min on 2 idle cores depending on the CPU, two xdist workers). The learning tests' shared
+## 25-50 min on 2 idle cores depending on the CPU, two xdist workers). The learning tests' shared
 ## Pendulum data are generated in the background meanwhile (tests/offline_utils.py; the tests
 ## wait for them under a file lock, or make them if that process failed).
 test: $(STAMP)
