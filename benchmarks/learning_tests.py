@@ -16,7 +16,8 @@ Each seed is one ``pytest`` process (``--workers`` xdist workers, default 1 so t
 durations are comparable); the first test that needs a generated dataset pays for generating it
 (~2-4 min on 2 cores), which the table reports per seed. A test's measured numbers are the
 ``record_property`` values it records (its return and threshold). Results are written after every
-seed to ``benchmarks/results/learning_tests.{json,md}``.
+seed to ``benchmarks/results/learning_tests.{json,md}``, each test's result with a label of the
+CPU it ran on (XLA's numerics, and so the generated data, differ between CPUs).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -51,9 +53,28 @@ def run_seed(seed: int, workers: int, select: list[str], extra: list[str]) -> di
         if not os.path.exists(xml):
             raise RuntimeError(f"pytest wrote no report (exit {proc.returncode}):\n{proc.stdout}")
         tests = parse_junit(xml)
+    for result in tests.values():  # rows merge runs from several machines: each cell says which
+        result["machine"] = machine()
     print(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "(no output)")
     run = {"wall_s": round(wall, 1), "workers": workers, "select": select, "tests": len(tests)}
     return {"seed": seed, "runs": [run], "tests": tests}
+
+
+def machine() -> str:
+    """A short label of this CPU: its model name, core count and widest vector extension."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+    except OSError:  # not Linux
+        pass
+    isa = next((x for x in ("avx512f", "avx2", "avx") if x in flags), "")
+    return f"{model}, {os.cpu_count()} cores" + (f", {isa}" if isa else "")
 
 
 def parse_junit(path: str) -> dict[str, dict]:
@@ -118,10 +139,12 @@ def write_tables(runs: list[dict]) -> None:
         "",
         "`benchmarks/learning_tests.py`: every `pytest -m slow` test with `JAXRL_TEST_SEED` = "
         "seed (the generated Pendulum data, the agents' seeds and the evaluation episodes all "
-        "change with it). A cell is the outcome, the measured value and the test's threshold.",
+        "change with it). A cell is the outcome, the measured value and the test's threshold. "
+        "A row's cells can come from different machines (a rerun replaces some of them): the "
+        "last column names the CPUs (*unrecorded*: measured before the script recorded them).",
         "",
-        "| test | passed | median s | " + " | ".join(f"seed {s}" for s in seeds) + " |",
-        "|---|---|---|" + "---|" * len(seeds),
+        "| test | passed | median s | " + " | ".join(f"seed {s}" for s in seeds) + " | machines |",
+        "|---|---|---|" + "---|" * len(seeds) + "---|",
     ]
     for name in names:
         results = [r["tests"].get(name) for r in runs]
@@ -131,7 +154,10 @@ def write_tables(runs: list[dict]) -> None:
         median = durations[len(durations) // 2]
         short = name.removeprefix("tests/")
         cells = " | ".join(_cell(x) for x in results)
-        lines.append(f"| `{short}` | {passed}/{len(ran)} | {median:.0f} | {cells} |")
+        where = sorted({x.get("machine", "*unrecorded*") for x in results if x is not None})
+        lines.append(
+            f"| `{short}` | {passed}/{len(ran)} | {median:.0f} | {cells} | {'; '.join(where)} |"
+        )
     lines += [
         "",
         "Time per seed: the sum of the tests' durations (the first test to need a generated "
