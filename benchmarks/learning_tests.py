@@ -53,8 +53,9 @@ def run_seed(seed: int, workers: int, select: list[str], extra: list[str]) -> di
         if not os.path.exists(xml):
             raise RuntimeError(f"pytest wrote no report (exit {proc.returncode}):\n{proc.stdout}")
         tests = parse_junit(xml)
+    here = machine()
     for result in tests.values():  # rows merge runs from several machines: each cell says which
-        result["machine"] = machine()
+        result["machine"] = here
     print(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "(no output)")
     run = {"wall_s": round(wall, 1), "workers": workers, "select": select, "tests": len(tests)}
     return {"seed": seed, "runs": [run], "tests": tests}
