@@ -10,7 +10,8 @@ writes the table of returns at 20k, 50k and 100k env steps per seed, with each r
     .venv/bin/python benchmarks/sample_efficiency.py --speed  # seconds per env step, side by side
     .venv/bin/python benchmarks/sample_efficiency.py --pendulum  # CrossQ vs SBX's, Pendulum-v1
 
-``--speed`` measures the wall clock per env step of jaxrl's three agents on Hopper-v5 one after
+``--speed`` measures the wall clock per env step of jaxrl's three agents and SBX's SAC and
+CrossQ (at the same settings, with the peer virtualenv of ``make peers``) on Hopper-v5 one after
 the other on an otherwise idle machine: two runs per agent (1,000 random steps, then 1,000 or
 2,500 training steps), the difference of their wall clocks over the 1,500 extra steps, so
 compilation and warm-up cancel. ``--pendulum`` runs jaxrl's and SBX's CrossQ at their default
@@ -123,10 +124,10 @@ def write(
             "Wall clock per training env step on Hopper-v5, measured side by side "
             f"({measured['cpu']}, `--speed`):",
             "",
-            "| agent | ms per env step | vs SAC |",
-            "|---|---|---|",
-            *(f"| {r['agent']} | {1e3 * r['s_per_step']:.1f} | {r['vs_sac']:.2f}x |"
-              for r in measured["rows"]),
+            "| library | agent | ms per env step | vs jaxrl SAC |",
+            "|---|---|---|---|",
+            *(f"| {r.get('impl', 'jaxrl')} | {r['agent']} | {1e3 * r['s_per_step']:.1f} | "
+              f"{r['vs_sac']:.2f}x |" for r in measured["rows"]),
         ]  # fmt: skip
     if pend:
         steps = sorted({int(k) for r in pend for k in r["curve"]})
@@ -175,46 +176,54 @@ def _plot(cells: list[dict], png: str) -> None:
 PEERS_PYTHON = os.path.join(ROOT, ".venv-peers", "bin", "python")
 
 
+def _train_cmd(
+    impl: str, agent: str, env: str, total: int, out: str, seed: int, every: int, episodes: int
+) -> list[str]:
+    """The command of one run of jaxrl's CLI or of SBX's peer script (1,000 random steps)."""
+    common = ["--learning-starts", "1000", "--out", out, "--seed", str(seed),
+              "--eval-every", str(every), "--eval-episodes", str(episodes)]  # fmt: skip
+    if impl == "jaxrl":
+        return [sys.executable, "-m", "jaxrl.cli", "train", agent, "--env", env, "--total-steps",
+                str(total), *common, "--no-progress", "--no-tensorboard"]  # fmt: skip
+    script = os.path.join(ROOT, "benchmarks", "peers", "suite_sbx.py")
+    return [PEERS_PYTHON, script, "--algo", agent, "--env", env, "--steps", str(total), *common]
+
+
 def pendulum(root: str) -> list[dict]:
     """CrossQ of jaxrl and SBX on Pendulum-v1, seeds 0-1: evaluation curves (see above)."""
     rows = []
     for seed in (0, 1):
         for impl in ("jaxrl", "sbx-rl"):
             out = os.path.join(root, impl, f"s{seed}")
-            common = ["--learning-starts", "1000", "--out", out, "--seed", str(seed),
-                      "--eval-every", "1000", "--eval-episodes", "10"]  # fmt: skip
-            if impl == "jaxrl":
-                cmd = [sys.executable, "-m", "jaxrl.cli", "train", "crossq", "--env",
-                       "Pendulum-v1", "--total-steps", "5000", *common, "--no-progress",
-                       "--no-tensorboard"]  # fmt: skip
-            else:
-                script = os.path.join(ROOT, "benchmarks", "peers", "suite_sbx.py")
-                cmd = [PEERS_PYTHON, script, "--algo", "crossq", "--env", "Pendulum-v1",
-                       "--steps", "5000", *common]  # fmt: skip
             if not os.path.exists(os.path.join(out, "summary.json")):
+                cmd = _train_cmd(impl, "crossq", "Pendulum-v1", 5_000, out, seed, 1_000, 10)
                 subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
             rows.append({"impl": impl, "seed": seed, "curve": curve(out)})
     return rows
 
 
-SPEED_AGENTS = ("sac", "sac-fast", "crossq")
+SPEED_AGENTS = (("jaxrl", "sac"), ("jaxrl", "sac-fast"), ("jaxrl", "crossq"),
+                ("sbx-rl", "sac"), ("sbx-rl", "crossq"))  # fmt: skip
 
 
 def speed(tmp: str) -> list[dict]:
-    """Seconds per training env step of each agent on Hopper-v5 (see the module docstring)."""
+    """Seconds per training env step of each agent on Hopper-v5 (see the module docstring).
+
+    SBX's rows need the peer virtualenv (``make peers``) and are left out without it.
+    """
     rows = []
-    for agent in SPEED_AGENTS:
+    for impl, agent in SPEED_AGENTS:
+        if impl != "jaxrl" and not os.path.exists(PEERS_PYTHON):
+            continue
         wall = {}
         for n in (1_000, 2_500):
-            out = os.path.join(tmp, agent, str(n))
-            total = str(1_000 + n)
-            cmd = [sys.executable, "-m", "jaxrl.cli", "train", agent, "--env", "Hopper-v5",
-                   "--total-steps", total, "--learning-starts", "1000", "--eval-every", total,
-                   "--eval-episodes", "1", "--out", out, "--no-progress",
-                   "--no-tensorboard"]  # fmt: skip
+            out = os.path.join(tmp, impl, agent, str(n))
+            cmd = _train_cmd(impl, agent, "Hopper-v5", 1_000 + n, out, 0, 1_000 + n, 1)
             subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
             wall[n] = json.load(open(os.path.join(out, "summary.json")))["wall_clock_s"]
-        rows.append({"agent": agent, "s_per_step": (wall[2_500] - wall[1_000]) / 1_500})
+        rows.append(
+            {"impl": impl, "agent": agent, "s_per_step": (wall[2_500] - wall[1_000]) / 1_500}
+        )
     base = rows[0]["s_per_step"]
     for r in rows:
         r["vs_sac"] = r["s_per_step"] / base
