@@ -2,12 +2,12 @@
 
 The host loop dispatches one update call per env step. This measures ms per update of the host
 loop's update (``jaxrl.loops.host._learn``, rows drawn on the host, 1M-row buffer holding 100k
-rows) at K = 1, 2, 4 and 50 updates per call, for SAC and TD3 at paper defaults on
-HalfCheetah-sized inputs (obs 17, act 6). Calls are dispatched back to back, so the device queue
-never drains. Two rounds, alternating K.
+rows) at K = 1, 2, 4 and 50 updates per call, for SAC and TD3 (or ``--agents``) at their
+defaults on HalfCheetah-sized inputs (obs 17, act 6). Calls are dispatched back to back, so the
+device queue never drains. Two rounds, alternating K.
 
 Usage:
-    .venv/bin/python benchmarks/updates_per_call.py [--rounds 2]
+    .venv/bin/python benchmarks/updates_per_call.py [--rounds 2] [--agents sac td3 crossq]
 
 Writes benchmarks/results/updates_per_call.md and updates_per_call.json.
 """
@@ -75,11 +75,12 @@ def ms_per_update(name: str, rounds: int) -> dict[int, list[float]]:
 
 
 def main() -> None:
-    """Measure both agents and write the table."""
+    """Measure the agents and write the table."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--agents", nargs="+", default=["sac", "td3"], help="registry names")
     args = p.parse_args()
-    results = {name: ms_per_update(name, args.rounds) for name in ("sac", "td3")}
+    results = {name: ms_per_update(name, args.rounds) for name in args.agents}
     lines = [
         "# Time per update against updates per call (host loop's update)",
         "",
@@ -94,7 +95,12 @@ def main() -> None:
         med = {k: float(np.median(v)) for k, v in res.items()}
         cells = [f"{med[k]:.2f} ({', '.join(f'{x:.2f}' for x in res[k])})" for k in KS]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {med[1] / med[50]:.2f} |")
-    lines += ["", "Regenerate: `.venv/bin/python benchmarks/updates_per_call.py`", ""]
+    agents = " ".join(args.agents)
+    lines += [
+        "",
+        f"Regenerate: `.venv/bin/python benchmarks/updates_per_call.py --agents {agents}`",
+        "",
+    ]
     out = os.path.join(ROOT, "benchmarks", "results", "updates_per_call")
     with open(out + ".md", "w") as f:
         f.write("\n".join(lines))
