@@ -4,7 +4,9 @@ The host loop dispatches one update call per env step. This measures ms per upda
 loop's update (``jaxrl.loops.host._learn``, rows drawn on the host, 1M-row buffer holding 100k
 rows) at K = 1, 2, 4 and 50 updates per call, for SAC and TD3 (or ``--agents``) at their
 defaults on HalfCheetah-sized inputs (obs 17, act 6). Calls are dispatched back to back, so the
-device queue never drains. Two rounds, alternating K.
+device queue never drains. Two rounds, alternating K. Each agent is measured with the agent
+donated to the jitted call and without (``--donate both``, the default), or only as the host
+loop compiles it on this backend (``--donate loop``, ``jaxrl.loops.host.learn_donation``).
 
 Usage:
     .venv/bin/python benchmarks/updates_per_call.py [--rounds 2] [--agents sac td3 crossq]
@@ -25,7 +27,7 @@ import numpy as np
 
 from jaxrl import registry
 from jaxrl.buffers import make_replay_buffer
-from jaxrl.loops.host import _learn
+from jaxrl.loops.host import _learn, learn_donation
 from jaxrl.types import Transition
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,10 +51,10 @@ def _setup(name: str) -> tuple:
     return agent, state, cfg.batch_size, rng
 
 
-def ms_per_update(name: str, rounds: int) -> dict[int, list[float]]:
-    """Milliseconds per update at each K, one figure per round."""
+def ms_per_update(name: str, rounds: int, donate: tuple[int, ...]) -> dict[int, list[float]]:
+    """Milliseconds per update at each K, one figure per round (``donate``: donated arguments)."""
     agent, buffer, batch, rng = _setup(name)
-    learn = jax.jit(_learn, donate_argnums=(0, 1))
+    learn = jax.jit(_learn, donate_argnums=donate)
     box = {"agent": agent, "bad": jnp.zeros((), jnp.int32)}
 
     def call(rows: np.ndarray) -> None:
@@ -79,8 +81,21 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--agents", nargs="+", default=["sac", "td3"], help="registry names")
+    p.add_argument(
+        "--donate",
+        choices=["both", "loop"],
+        default="both",
+        help="measure donated and undonated calls, or only the host loop's choice",
+    )
     args = p.parse_args()
-    results = {name: ms_per_update(name, args.rounds) for name in args.agents}
+    loop = learn_donation()
+    variants = {"donated": (0, 1), "not donated": ()} if args.donate == "both" else {"": loop}
+    results = {}
+    for name in args.agents:
+        for label, donate in variants.items():
+            mark = " (host loop)" if donate == loop else ""
+            row = f"{name}, {label}{mark}" if label else name
+            results[row] = ms_per_update(name, args.rounds, donate)
     lines = [
         "# Time per update against updates per call (host loop's update)",
         "",
@@ -98,7 +113,8 @@ def main() -> None:
     agents = " ".join(args.agents)
     lines += [
         "",
-        f"Regenerate: `.venv/bin/python benchmarks/updates_per_call.py --agents {agents}`",
+        f"Regenerate: `.venv/bin/python benchmarks/updates_per_call.py --agents {agents} "
+        f"--donate {args.donate}`",
         "",
     ]
     out = os.path.join(ROOT, "benchmarks", "results", "updates_per_call")

@@ -137,6 +137,17 @@ def _act(
     return explore(agent, plan, obs, first, jax.random.fold_in(key, step))
 
 
+def learn_donation() -> tuple[int, ...]:
+    """The arguments of ``_learn`` (agent, NaN counter) the host loop donates to its jitted call.
+
+    Donated on accelerators (no second copy of the parameters), not on the CPU backend, where a
+    donated update call paid ~20 ms more at CrossQ's size (1024-wide critics; twice the page
+    faults) and no less at SAC's (``benchmarks/updates_per_call.py --donate``). The buffer, the
+    large state, is donated to ``buffer_add`` everywhere and written in place.
+    """
+    return () if jax.default_backend() == "cpu" else (0, 1)
+
+
 def train_host(
     spec: AgentSpec,
     agent: Any,
@@ -198,11 +209,7 @@ def train_host(
         return done[0]
     sequences = None if sequence is None else acfg.batch_size
     learn = partial(_learn, sequences=sequences, on_nonfinite=cfg.on_nonfinite)
-    # The agent is donated on accelerators (no second copy of the parameters) but not on the
-    # CPU backend, where a donated update call paid ~20 ms more at CrossQ's size (1024-wide
-    # critics; twice the page faults) and no less at SAC's. The buffer, the large state, is
-    # donated to ``buffer_add`` everywhere and written in place.
-    learn_fn = jax.jit(learn, donate_argnums=() if jax.default_backend() == "cpu" else (0, 1))
+    learn_fn = jax.jit(learn, donate_argnums=learn_donation())
     refit_fn = jax.jit(partial(_refit, on_nonfinite=cfg.on_nonfinite), donate_argnums=(0, 1))
     policy, act_key = acting(spec), jax.random.key(cfg.seed + 2)
     jit_act = jax.jit(partial(_act, explore=policy.explore))
