@@ -2,9 +2,10 @@
 
 A finished run is also archived under ``results/suite_runs/NAME/``: its ``summary.json``,
 ``config.json`` and the evaluation rows of ``metrics.csv`` (a dataset recipe: its manifest and the
-expert's summary). The archive is committed, so a fresh checkout (where ``runs/`` is empty) still
-knows which runs are finished and still draws the table and the curves; only the datasets are
-remade, when a run that reads them is still to do.
+expert's summary; a run that reads datasets: the hashes of the files it read, ``data.json``).
+The archive is committed, so a fresh checkout (where ``runs/`` is empty) still knows which runs
+are finished and still draws the table and the curves; only the datasets are remade, when a run
+that reads them is still to do. A run made on other files than the current ones is not finished.
 
 A cell is one (section, task, library, agent) with its seeds. Its figures come from each finished
 run's ``summary.json``: the final evaluation's mean return (``EVAL_EPISODES`` deterministic
@@ -50,11 +51,45 @@ def archive_dir(results: str, suite: str) -> str:
     return os.path.join(results, "suite_runs" if suite == "full" else f"suite_{suite}_runs")
 
 
+DATA_STAMP = "data.json"
+"""Beside a finished run that reads datasets: the sha256 of the files it read (``data_stamp``)."""
+
+
+def data_stamp(run: Any, root: str, archive: str | None) -> dict[str, dict] | None:
+    """The sha256 of every file of the datasets ``run`` reads, from its needs' manifests.
+
+    ``{need: {kind: sha256}}``, read from this checkout's dataset run (the files the run reads)
+    or else its archive; None when a need has no manifest yet. A run without needs: ``{}``.
+    """
+    stamp = {}
+    for need in run.needs:
+        bases = (b for b in (root, archive) if b is not None)
+        manifest = next(
+            (m for b in bases if (m := read_json(os.path.join(b, need, "manifest.json")))), None
+        )
+        if manifest is None:
+            return None
+        stamp[need] = {k: f.get("sha256") for k, f in sorted(manifest.get("files", {}).items())}
+    return stamp
+
+
 def finished_dir(run: Any, root: str, archive: str | None) -> str | None:
-    """The directory holding ``run``'s finished marker: its run directory, else its archive."""
+    """The directory holding ``run``'s finished marker: its run directory, else its archive.
+
+    A run that reads datasets counts only if it read the current ones: the ``DATA_STAMP`` beside
+    its marker equals ``data_stamp`` now. Remade datasets whose files differ (another CPU) make
+    the runs on the old files unfinished, so they run again rather than mix two datasets in one
+    cell. A run directory of this checkout without a stamp read this checkout's files.
+    """
+    current = data_stamp(run, root, archive) if run.needs else {}
     for base in (b for b in (root, archive) if b is not None):
         summary = read_json(os.path.join(base, run.name, run.marker))
-        if summary is not None and summary.get("completed", True):
+        if summary is None or not summary.get("completed", True):
+            continue
+        recorded = read_json(os.path.join(base, run.name, DATA_STAMP))
+        if recorded is None and base == root:
+            recorded = current
+        if not run.needs or (current is not None and recorded == current):
             return os.path.join(base, run.name)
     return None
 
@@ -62,9 +97,12 @@ def finished_dir(run: Any, root: str, archive: str | None) -> str | None:
 def archive_run(run: Any, root: str, archive: str) -> list[str]:
     """Copy a finished run's small files into the archive; return the paths written."""
     out, dest = os.path.join(root, run.name), os.path.join(archive, run.name)
+    if run.needs and (stamp := data_stamp(run, root, archive)) is not None:
+        with open(os.path.join(out, DATA_STAMP), "w") as f:
+            json.dump(stamp, f, indent=1)
     manifest = read_json(os.path.join(out, "manifest.json")) or {}
     expert = os.path.join(manifest.get("expert_run", ""), "summary.json")
-    names = ("summary.json", "config.json", "manifest.json", expert)
+    names = ("summary.json", "config.json", "manifest.json", DATA_STAMP, expert)
     written = []
     for name in (n for n in names if os.path.isfile(os.path.join(out, n))):
         os.makedirs(os.path.dirname(os.path.join(dest, name)), exist_ok=True)

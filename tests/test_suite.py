@@ -172,3 +172,44 @@ def test_workers_run_jobs_at_once_and_a_remade_need_once(tmp_path):
     lines, rc = _queue(tmp_path, [_Job("x", 60.0), _Job("y", 60.0)], workers=2, stop_after=3.0)
     assert rc == 130 and sorted(lines[:2]) == ["start x", "start y"], lines
     assert lines[-1].startswith("stopped"), lines
+
+
+def test_a_run_on_other_dataset_files_is_not_finished(tmp_path):
+    """A finished offline run counts only while the dataset it read is the current one: remade
+    files with other hashes (another CPU) make it unfinished, so the cell never mixes two datasets.
+    """
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        from suite import Run
+        from suite_report import DATA_STAMP, archive_run, finished_dir
+    finally:
+        sys.path.remove(os.path.join(ROOT, "benchmarks"))
+    root, archive = str(tmp_path / "runs"), str(tmp_path / "archive")
+    data = Run("datasets", "Env", "jaxrl", "recipe", 0, 1, "steps", (), marker="manifest.json")
+    run = Run("offline", "env-medium", "jaxrl", "bc", 0, 1, "steps", (), needs=(data.name,))
+
+    def write(base, name, file, content):
+        os.makedirs(os.path.join(base, name), exist_ok=True)
+        with open(os.path.join(base, name, file), "w") as f:
+            json.dump(content, f)
+
+    manifest = {"files": {"medium": {"sha256": "aaa"}, "medium-replay": {"sha256": "bbb"}}}
+    write(root, data.name, "manifest.json", manifest)
+    write(root, run.name, "summary.json", {"completed": True})
+    # Trained in this checkout: finished, and archived with the hashes of the files it read.
+    assert finished_dir(run, root, archive) == os.path.join(root, run.name)
+    archive_run(run, root, archive)
+    with open(os.path.join(archive, run.name, DATA_STAMP)) as f:
+        assert json.load(f) == {data.name: {"medium": "aaa", "medium-replay": "bbb"}}
+    # A fresh checkout: the archive alone; the dataset's archived manifest says the same files.
+    write(archive, data.name, "manifest.json", manifest)
+    shutil.rmtree(root)
+    assert finished_dir(run, root, archive) == os.path.join(archive, run.name)
+    # The dataset is remade here with other files: the archived run is on the old ones.
+    manifest["files"]["medium"]["sha256"] = "ccc"
+    write(root, data.name, "manifest.json", manifest)
+    assert finished_dir(run, root, archive) is None
+    # An archived run without a stamp (its files unknown) is not finished either.
+    os.remove(os.path.join(archive, run.name, DATA_STAMP))
+    write(archive, data.name, "manifest.json", manifest)
+    assert finished_dir(run, root, archive) is None
