@@ -14,8 +14,9 @@ writes the table of returns at 20k, 50k and 100k env steps per seed, with each r
 CrossQ (at the same settings, with the peer virtualenv of ``make peers``) on Hopper-v5 one after
 the other on an otherwise idle machine: two runs per agent (1,000 random steps, then 1,000 or
 2,500 training steps), the difference of their wall clocks over the 1,500 extra steps, so
-compilation and warm-up cancel. ``--pendulum`` runs jaxrl's and SBX's CrossQ at their default
-sizes on Pendulum-v1 (5,000 steps, 1,000 random, seeds 0-1; resumable in
+compilation and warm-up cancel; the median of ``--rounds`` passes (2), each shown, since one
+pass's figures moved by up to 30% between passes. ``--pendulum`` runs jaxrl's and SBX's CrossQ
+at their default sizes on Pendulum-v1 (5,000 steps, 1,000 random, seeds 0-1; resumable in
 ``runs/crossq_pendulum``): a small-task check that both learn alike.
 
 Writes ``benchmarks/results/sample_efficiency.{md,json,png}``. A cell with fewer than three
@@ -88,6 +89,11 @@ def _stat(values: list[float]) -> str:
     return f"{np.mean(values):,.0f} ± {np.std(values):,.0f}"
 
 
+def _ms(seconds: list[float]) -> str:
+    """Seconds as comma-separated milliseconds."""
+    return ", ".join(f"{1e3 * x:.1f}" for x in seconds)
+
+
 def write(
     cells: list[dict], results: str, measured: dict | None = None, pend: list | None = None
 ) -> None:
@@ -124,10 +130,11 @@ def write(
             "Wall clock per training env step on Hopper-v5, measured side by side "
             f"({measured['cpu']}, `--speed`):",
             "",
-            "| library | agent | ms per env step | vs jaxrl SAC |",
+            "| library | agent | ms per env step (each round) | vs jaxrl SAC |",
             "|---|---|---|---|",
-            *(f"| {r.get('impl', 'jaxrl')} | {r['agent']} | {1e3 * r['s_per_step']:.1f} | "
-              f"{r['vs_sac']:.2f}x |" for r in measured["rows"]),
+            *(f"| {r.get('impl', 'jaxrl')} | {r['agent']} | {1e3 * r['s_per_step']:.1f} "
+              f"({_ms(r.get('rounds_s_per_step', [r['s_per_step']]))}) | {r['vs_sac']:.2f}x |"
+              for r in measured["rows"]),
         ]  # fmt: skip
     if pend:
         steps = sorted({int(k) for r in pend for k in r["curve"]})
@@ -206,24 +213,28 @@ SPEED_AGENTS = (("jaxrl", "sac"), ("jaxrl", "sac-fast"), ("jaxrl", "crossq"),
                 ("sbx-rl", "sac"), ("sbx-rl", "crossq"))  # fmt: skip
 
 
-def speed(tmp: str) -> list[dict]:
+def speed(tmp: str, rounds: int = 1) -> list[dict]:
     """Seconds per training env step of each agent on Hopper-v5 (see the module docstring).
 
-    SBX's rows need the peer virtualenv (``make peers``) and are left out without it.
+    ``rounds`` passes over all agents, one after the other in each: a row's figure is the median,
+    with each round's in ``rounds_s_per_step``. SBX's rows need the peer virtualenv
+    (``make peers``) and are left out without it.
     """
-    rows = []
-    for impl, agent in SPEED_AGENTS:
-        if impl != "jaxrl" and not os.path.exists(PEERS_PYTHON):
-            continue
-        wall = {}
-        for n in (1_000, 2_500):
-            out = os.path.join(tmp, impl, agent, str(n))
-            cmd = _train_cmd(impl, agent, "Hopper-v5", 1_000 + n, out, 0, 1_000 + n, 1)
-            subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
-            wall[n] = json.load(open(os.path.join(out, "summary.json")))["wall_clock_s"]
-        rows.append(
-            {"impl": impl, "agent": agent, "s_per_step": (wall[2_500] - wall[1_000]) / 1_500}
-        )
+    agents = [(i, a) for i, a in SPEED_AGENTS if i == "jaxrl" or os.path.exists(PEERS_PYTHON)]
+    per: dict[tuple[str, str], list[float]] = {k: [] for k in agents}
+    for r in range(rounds):
+        for impl, agent in agents:
+            wall = {}
+            for n in (1_000, 2_500):
+                out = os.path.join(tmp, str(r), impl, agent, str(n))
+                cmd = _train_cmd(impl, agent, "Hopper-v5", 1_000 + n, out, 0, 1_000 + n, 1)
+                subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
+                wall[n] = json.load(open(os.path.join(out, "summary.json")))["wall_clock_s"]
+            per[(impl, agent)].append((wall[2_500] - wall[1_000]) / 1_500)
+    rows = [
+        {"impl": i, "agent": a, "s_per_step": float(np.median(v)), "rounds_s_per_step": v}
+        for (i, a), v in per.items()
+    ]
     base = rows[0]["s_per_step"]
     for r in rows:
         r["vs_sac"] = r["s_per_step"] / base
@@ -235,6 +246,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--run", action="store_true", help="run the unfinished cells first (nice 19)")
     p.add_argument("--speed", action="store_true", help="measure the seconds per env step")
+    p.add_argument("--rounds", type=int, default=2, help="--speed: passes over the agents")
     p.add_argument("--pendulum", action="store_true", help="CrossQ vs SBX's on Pendulum-v1")
     p.add_argument("--root", default=os.path.join(ROOT, "runs", "suite"))
     p.add_argument("--results", default=os.path.join(ROOT, "benchmarks", "results"))
@@ -249,7 +261,7 @@ def main() -> int:
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
-            rows = speed(tmp)
+            rows = speed(tmp, a.rounds)
         with open(speed_json, "w") as f:
             json.dump({"cpu": _cpu(), "rows": rows}, f, indent=1)
     measured = json.load(open(speed_json)) if os.path.exists(speed_json) else None
