@@ -13,7 +13,7 @@ after the write. Dispatch is asynchronous; the host waits only for the next acti
 
 The buffer is donated to the jitted add, so it is written in place, and nothing is copied
 between host and device except the new transition, the minibatch rows and the action. The
-agent is donated to the update on accelerators only (see ``train_host``). What the loop keeps on
+agent is donated to the update on accelerators only (``learn_donation``). What the loop keeps on
 the host between steps (the minibatch sampler, the observation, episode statistics) is in
 ``jaxrl.loops.host_state``.
 """
@@ -141,8 +141,9 @@ def learn_donation() -> tuple[int, ...]:
     """The arguments of ``_learn`` (agent, NaN counter) the host loop donates to its jitted call.
 
     Donated on accelerators (no second copy of the parameters), not on the CPU backend, where a
-    donated update call paid ~20 ms more at CrossQ's size (1024-wide critics; twice the page
-    faults) and no less at SAC's (``benchmarks/updates_per_call.py --donate``). The buffer, the
+    donated update call cost more at one update per call: CrossQ 98 against 85 ms (1024-wide
+    critics; twice the page faults), SAC 10.9 against 8.6 ms
+    (``benchmarks/updates_per_call.py --donate both``). The buffer, the
     large state, is donated to ``buffer_add`` everywhere and written in place.
     """
     return () if jax.default_backend() == "cpu" else (0, 1)
