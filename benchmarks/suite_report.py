@@ -9,7 +9,8 @@ that reads them is still to do. A run made on other files than the current ones 
 
 A cell is one (section, task, library, agent) with its seeds. Its figures come from each finished
 run's ``summary.json``: the final evaluation's mean return (``EVAL_EPISODES`` deterministic
-episodes), the D4RL-normalized score where the task has references, and the wall time. A cell
+episodes), the D4RL-normalized score where the task has references (an online run archived
+before jaxrl's host loop wrote it gets it from its return), and the wall time. A cell
 with fewer finished seeds than declared says so; nothing missing is filled in.
 """
 
@@ -25,6 +26,8 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
+
+from jaxrl.data import normalized_score, reference_returns
 
 SECTIONS = {
     "online": "Online, Gymnasium MuJoCo",
@@ -169,6 +172,8 @@ def collect(runs: list, root: str, archive: str) -> list[dict[str, Any]]:
         cell["wall_s"].append(float(summary.get("wall_clock_s") or 0.0))
         cell["returns"].append(float(summary["final_eval_return_mean"]))
         score = summary.get("normalized_score")
+        if score is None and r.section == "online":  # runs of a jaxrl that did not score online
+            score = normalized_score(summary["final_eval_return_mean"], reference_returns(r.task))
         cell["normalized"].append(None if score is None else float(score))
     for cell in cells.values():
         rets = np.array(cell["returns"])

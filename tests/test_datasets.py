@@ -251,6 +251,7 @@ def test_d4rl_reference_constants_and_families():
     assert reference_returns("Walker2d-v4") == (1.629008, 4592.3)
     assert reference_returns("Ant-v5") == (-325.6, 3879.7)
     assert reference_returns("Pendulum-v1") is None
+    assert reference_returns("brax:hopper") is None and reference_returns("jax:pendulum") is None
     assert normalized_score(12135.0, reference_returns("HalfCheetah-v5")) == pytest.approx(100.0)
     assert normalized_score(-280.178953, reference_returns("halfcheetah")) == pytest.approx(0.0)
     assert normalized_score(1.0, None) is None

@@ -359,3 +359,27 @@ def test_a_run_directory_trains_in_one_process_at_a_time(tmp_path, capsys):
     assert os.path.exists(os.path.join(out, "summary.json"))
     # The finished run let go of the directory, though this process is still alive.
     assert _other_process_claims(out, hold=False).wait() == 0
+
+
+def test_online_runs_on_a_d4rl_task_write_its_normalized_score(tmp_path, capsys):
+    """The host loop scores Hopper-v5 with D4RL's hopper references; Brax's hopper gets none."""
+    import csv
+    import json
+
+    from jaxrl.cli import main
+    from jaxrl.loops.harness import Harness
+
+    run = str(tmp_path / "run")
+    main(["train", "sac", "--env", "Hopper-v5", "--total-steps", "60", "--learning-starts", "30",
+          "--hidden-dims", "16", "16", "--batch-size", "16", "--eval-every", "30",
+          "--eval-episodes", "1", "--no-progress", "--no-tensorboard", "--out", run])  # fmt: skip
+    capsys.readouterr()
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    rows = [r for r in csv.DictReader(open(os.path.join(run, "metrics.csv"))) if r["eval_return"]]
+    lo, hi = -20.272305, 3234.3
+    ret = summary["final_eval_return_mean"]
+    assert summary["normalized_score"] == pytest.approx(100 * (ret - lo) / (hi - lo))
+    assert len(rows) == 2 and all(r["eval_normalized_score"] for r in rows)
+    assert float(rows[-1]["eval_normalized_score"]) == pytest.approx(summary["normalized_score"])
+    brax = Harness("ppo", TrainConfig(env="brax:hopper", progress=False), [str(tmp_path / "b")])
+    assert brax.score_fn(1000.0) is None

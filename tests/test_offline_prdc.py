@@ -284,6 +284,12 @@ def test_train_sets_the_rows_resumes_bit_identical_seeds_and_eval(tmp_path, caps
     assert not all(np.allclose(a, b) for a, b in zip(*leaves, strict=True))
     first = json.load(open(os.path.join(seeds, "s0", "summary.json")))
     assert first["completed"] and first["agent"] == "prdc"
+    # The seeds' summary scores their mean (the dataset carries reference returns).
+    both = [json.load(open(os.path.join(seeds, f"s{s}", "summary.json"))) for s in (0, 1)]
+    scores = [s["normalized_score"] for s in both]
+    assert None not in scores and scores[0] != scores[1]
+    agg = json.load(open(os.path.join(seeds, "summary.json")))
+    assert agg["normalized_score"] == pytest.approx(np.mean(scores))
 
 
 def test_train_help_documents_every_field(capsys, monkeypatch):

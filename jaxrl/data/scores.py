@@ -19,11 +19,14 @@ D4RL_REF_RETURNS: dict[str, tuple[float, float]] = {
 
 
 def d4rl_family(env_id: str | None) -> str | None:
-    """The D4RL task family of a Gymnasium or D4RL id (``'Hopper-v5'`` -> ``'hopper'``), or None."""
-    if not env_id:
+    """The D4RL task family of a Gymnasium or D4RL id (``'Hopper-v5'`` -> ``'hopper'``), or None.
+
+    JAX simulators (``brax:hopper``, ``jax:...``) have none: D4RL's references are returns of
+    MuJoCo's Gym tasks, and Brax's versions of them pay other rewards and costs.
+    """
+    if not env_id or re.match(r"^(brax|jax):", env_id):
         return None
     name = env_id.split("/")[-1].split("?")[0].lower()
-    name = re.sub(r"^(brax:|jax:)", "", name)
     head = re.split(r"[-_]", name)[0]
     return head if head in D4RL_REF_RETURNS else None
 

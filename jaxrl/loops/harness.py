@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl.data.scores import normalized_score, reference_returns
 from jaxrl.errors import ConfigError
 from jaxrl.loops.cadence import Cadence, Points, StopFlag, eval_hooks
 from jaxrl.loops.checkpoint import Checkpointer
@@ -49,7 +50,8 @@ class Harness:
         step_offset: steps of an earlier phase in the same directory: rows and checkpoints are
             numbered ``step_offset + step``.
         where: what the plot titles say the agent trained on (default ``cfg.env``).
-        score_fn: ``return -> normalized score or None``.
+        score_fn: ``return -> normalized score or None``; by default D4RL's normalized score
+            where ``cfg.env`` is one of its MuJoCo tasks (``Hopper-v5``), else None.
         seeds: each member's seed (default ``cfg.seed + i``; a sweep's members repeat seeds).
     """
 
@@ -69,7 +71,8 @@ class Harness:
         self.name, self.cfg, self.outs, self.phase = name, cfg, list(outs), phase
         self.stacked, self.step_offset = stacked, step_offset
         self.where = where or cfg.env
-        self.score_fn = score_fn or (lambda _: None)
+        refs = reference_returns(cfg.env)
+        self.score_fn = score_fn or (lambda ret: normalized_score(ret, refs))
         self.cadence = Cadence.of(cfg)
         self.primary = primary()  # process 0 writes; every process takes part in checkpoints
         tb, wandb, w = cfg.tensorboard, cfg.wandb_project, self.primary

@@ -170,6 +170,13 @@ def _train_jax(spec: Any, train_cfg: Any, agent_cfg: Any) -> dict[str, Any]:
     return _seeds_summary(spec, train_cfg, out, outs, summaries)
 
 
+def _mean_or_none(values: list[float | None], completed: bool) -> float | None:
+    """The mean of the seeds' values, or None when a seed has none or did not complete."""
+    if not completed or any(v is None for v in values):
+        return None
+    return sum(values) / len(values)
+
+
 def _seed_dirs(spec: Any, train_cfg: Any, agent_cfg: Any, out: str) -> list[str]:
     """``[out]``, or ``OUT/s<seed>`` per seed of ``--num-seeds`` (``OUT/config.json`` written)."""
     from jaxrl.loops import prepare_run_dir, run_config
@@ -200,7 +207,7 @@ def _seeds_summary(
         "final_eval_return_mean": float(np.mean(finals)) if completed else None,
         "final_eval_return_std": float(np.std(finals)) if completed else None,
         "final_eval_return_per_seed": finals,
-        "normalized_score": None,
+        "normalized_score": _mean_or_none([s["normalized_score"] for s in summaries], completed),
         "env_steps_per_s": sum(s["env_steps_per_s"] for s in summaries),
         "updates_per_s": sum(s["updates_per_s"] for s in summaries),
         "completed": completed,
