@@ -21,6 +21,7 @@ import math
 import os
 import sys
 import time
+from functools import partial
 from typing import Any
 
 import jax
@@ -50,8 +51,7 @@ class Harness:
         step_offset: steps of an earlier phase in the same directory: rows and checkpoints are
             numbered ``step_offset + step``.
         where: what the plot titles say the agent trained on (default ``cfg.env``).
-        score_fn: ``return -> normalized score or None``; by default D4RL's normalized score
-            where ``cfg.env`` is one of its MuJoCo tasks (``Hopper-v5``), else None.
+        score_fn: ``return -> normalized score or None`` (default: D4RL's, for ``cfg.env``).
         seeds: each member's seed (default ``cfg.seed + i``; a sweep's members repeat seeds).
     """
 
@@ -71,8 +71,7 @@ class Harness:
         self.name, self.cfg, self.outs, self.phase = name, cfg, list(outs), phase
         self.stacked, self.step_offset = stacked, step_offset
         self.where = where or cfg.env
-        refs = reference_returns(cfg.env)
-        self.score_fn = score_fn or (lambda ret: normalized_score(ret, refs))
+        self.score_fn = score_fn or partial(normalized_score, ref=reference_returns(cfg.env))
         self.cadence = Cadence.of(cfg)
         self.primary = primary()  # process 0 writes; every process takes part in checkpoints
         tb, wandb, w = cfg.tensorboard, cfg.wandb_project, self.primary
@@ -120,10 +119,8 @@ class Harness:
             if metas and metas[i].get("last_eval") is not None:
                 self.last_eval[i] = metas[i]["last_eval"]
             elif evals:
-                self.last_eval[i] = (
-                    evals[-1]["eval_return"],
-                    evals[-1].get("eval_return_std", np.nan),
-                )
+                last = evals[-1]
+                self.last_eval[i] = (last["eval_return"], last.get("eval_return_std", np.nan))
         if metas:
             print(f"Resuming {', '.join(self.outs)} from step {self.step_offset + self.step}.")
         return state, metas
