@@ -89,6 +89,11 @@ def delayed_policy_update(
 
     ``agent`` needs the fields ``rng``, ``actor``, ``critic``, ``target_actor_params``,
     ``target_critic_params``, ``step`` and ``hparams["tau"]``.
+
+    Under ``jax.vmap`` over agents (vmapped seeds, sweeps) ``step`` is batched, and JAX turns
+    the ``lax.cond`` into a ``select`` that runs the actor step on every call and keeps it only
+    when due: the results are the same, the actor's cost is paid every call. The loops run a
+    single agent unbatched, so a one-seed run skips it.
     """
     rng, key = jax.random.split(agent.rng)
     critic, info = nets.gradient_step(agent.critic, critic_loss_fn, agent, batch, key)
