@@ -174,6 +174,32 @@ def test_workers_run_jobs_at_once_and_a_remade_need_once(tmp_path):
     assert lines[-1].startswith("stopped"), lines
 
 
+class _AffinityJob(_Job):
+    """A job that writes the cores it may run on (``os.sched_getaffinity``) to ``DIR/NAME``."""
+
+    def command(self, root: str) -> list[str]:
+        path = os.path.join(root, self.name)
+        code = (
+            f"import os, time; time.sleep({self.seconds}); "
+            f"open({path!r}, 'w').write(' '.join(map(str, sorted(os.sched_getaffinity(0)))))"
+        )
+        return [sys.executable, "-c", code]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_two_workers_children_get_their_own_cores(tmp_path):
+    """With two workers the runs side by side get disjoint shares of the cores (no thread pool
+    per core in each of them); with one worker a run may use every core."""
+    cores = sorted(os.sched_getaffinity(0))
+    lines, rc = _queue(tmp_path, [_AffinityJob("a", 0.5), _AffinityJob("b", 0.5)], workers=2)
+    assert rc == 0, lines
+    got = [{int(c) for c in (tmp_path / n).read_text().split()} for n in "ab"]
+    assert got[0] and got[1] and not got[0] & got[1], got
+    assert sorted(got[0] | got[1]) == cores, got
+    lines, rc = _queue(tmp_path, [_AffinityJob("c", 0.0)], workers=1)
+    assert rc == 0 and (tmp_path / "c").read_text().split() == [str(c) for c in cores], lines
+
+
 def test_a_run_on_other_dataset_files_is_not_finished(tmp_path):
     """A finished offline run counts only while the dataset it read is the current one: remade
     files with other hashes (another CPU) make it unfinished, so the cell never mixes two datasets.
