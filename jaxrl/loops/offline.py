@@ -36,7 +36,7 @@ class OfflineState(struct.PyTreeNode):
     nonfinite: jax.Array = np.int32(0)
 
 
-def _offline_chunk(
+def _member_updates(
     state: OfflineState,
     data: BufferState,
     *,
@@ -58,21 +58,22 @@ def _offline_chunk(
     return OfflineState(agent, rng, state.nonfinite + bad), info
 
 
-def _members_chunk(
+def _offline_chunk(
     state: OfflineState, data: BufferState, **chunk: Any
 ) -> tuple[OfflineState, dict[str, jax.Array]]:
-    """``_offline_chunk`` for every member on the leading axis of ``state``.
+    """``_member_updates`` for every member on the leading axis of ``state``.
 
     One member runs unbatched, as in the fused loop: under ``vmap`` a ``lax.cond`` whose
-    predicate is batched becomes a ``select`` that runs both branches, so TD3's delayed actor
-    step (PRDC's nearest-row search with it) would run on every update, and a size-1 batch
-    axis makes XLA emit slower batched matmuls (PRDC on hopper-medium: 20 updates/s vmapped,
-    51 unbatched). The axis is dropped and re-added outside the scan.
+    predicate is batched becomes a ``select`` that runs both branches, so a delayed actor step
+    (``td3.delayed_policy_update``, with whatever search an agent does in it) would run on
+    every update, and a size-1 batch axis makes XLA emit slower batched matmuls (an agent with
+    a nearest-row search on a 200k-row dataset: 20 updates/s vmapped, 51 unbatched). The axis
+    is dropped and re-added outside the scan.
     """
     if jax.tree.leaves(state)[0].shape[0] > 1:
-        run = jax.vmap(partial(_offline_chunk, **chunk), (0, None), spmd_axis_name=MEMBERS)
+        run = jax.vmap(partial(_member_updates, **chunk), (0, None), spmd_axis_name=MEMBERS)
         return run(state, data)
-    state, info = _offline_chunk(jax.tree.map(lambda x: x[0], state), data, **chunk)
+    state, info = _member_updates(jax.tree.map(lambda x: x[0], state), data, **chunk)
     return jax.tree.map(lambda x: x[None], (state, info))
 
 
@@ -137,7 +138,7 @@ def train_offline(
     run_chunk = compile_cache(
         lambda n: layout.traced(
             jax.jit(
-                partial(_members_chunk, num_updates=n, batch_size=batch_size, on_nonfinite=mode),
+                partial(_offline_chunk, num_updates=n, batch_size=batch_size, on_nonfinite=mode),
                 donate_argnums=0,
                 out_shardings=(shardings, None),
             )
