@@ -196,7 +196,7 @@ def _peer_checks(cells: list[dict[str, Any]]) -> None:
             c["vs_peer"] = "incomplete"
         else:
             ok = c["mean"] >= p["mean"] - p["std"]
-            c["vs_peer"] = "ok" if ok else "below: see the diagnosis"
+            c["vs_peer"] = "ok" if ok else "below (see *Below a peer*)"
         c["peer"] = p["impl"]
 
 
@@ -322,7 +322,10 @@ def write_report(runs: list, root: str, results: str, suite: str) -> list[str]:
         f"{_cpu()}, no GPU. Every figure comes from a run directory made by "
         "`benchmarks/suite.py`; a cell with fewer seeds than declared is incomplete, never "
         "filled in. Return: the final evaluation's mean over 10 deterministic episodes; "
-        "normalized: D4RL's score (the generated datasets' own random and expert returns).",
+        "normalized: D4RL's score (the generated datasets' own random and expert returns). "
+        "Where a jaxrl mean falls below the peer's mean minus one std, the results page "
+        "(`docs/results.md`, *Below a peer*) compares the seeds' curves and the two "
+        "implementations.",
         "",
     ]
     for section, title in SECTIONS.items():
