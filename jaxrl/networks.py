@@ -25,15 +25,41 @@ from jaxrl.optim import (  # noqa: F401  (re-exported: agents call them as ``net
 )
 
 default_init = nn.initializers.xavier_uniform
+fan_in_uniform = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+"""Kernels drawn from ``U(+-1/sqrt(fan_in))``: PyTorch ``nn.Linear``'s default weights."""
 
 
 class DenseInits(NamedTuple):
-    """``MLP``'s Dense initializers (Xavier kernels, zero biases; output None: as hidden)."""
+    """``MLP``'s Dense initializers (Xavier kernels, zero biases; output None: as hidden).
+
+    ``fan_in_bias`` draws every bias from ``U(+-1/sqrt(fan_in))`` of its layer instead
+    (PyTorch ``nn.Linear``'s default biases; a bias initializer alone does not see the fan-in).
+    """
 
     kernel_init: Callable = default_init()
     bias_init: Callable = nn.initializers.zeros
     out_kernel_init: Callable | None = None
     out_bias_init: Callable | None = None
+    fan_in_bias: bool = False
+
+
+NETWORK_INITS: dict[str, DenseInits] = {
+    "xavier": DenseInits(),
+    "torch": DenseInits(fan_in_uniform, fan_in_bias=True),
+}
+"""Dense initializations by the names configs use: jaxrl's default (Xavier-uniform kernels, zero
+biases) and PyTorch ``nn.Linear``'s default (kernels and biases ``U(+-1/sqrt(fan_in))``), which
+the PyTorch reference code of several agents keeps."""
+
+
+def _fan_in_bias(fan_in: int) -> Callable:
+    """A bias initializer ``U(+-1/sqrt(fan_in))`` for a layer with ``fan_in`` inputs."""
+    bound = fan_in**-0.5
+
+    def init(key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return init
 
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -59,6 +85,7 @@ class MLP(nn.Module):
             critic) or 'post_act' (Dense -> act -> LN; FQL's ``MLP`` and ReBRAC's networks).
         bias_init, out_kernel_init, out_bias_init: of every Dense bias (zeros by default), and
             of the last layer (None: as the others); ``MLP(dims, **dense_inits._asdict())``.
+        fan_in_bias: draw every bias from ``U(+-1/sqrt(fan_in))`` instead (``DenseInits``).
     """
 
     hidden_dims: Sequence[int]
@@ -70,6 +97,7 @@ class MLP(nn.Module):
     bias_init: Callable = nn.initializers.zeros
     out_kernel_init: Callable | None = None
     out_bias_init: Callable | None = None
+    fan_in_bias: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -83,6 +111,8 @@ class MLP(nn.Module):
         for i, width in enumerate(self.hidden_dims):
             kernel_init = (i == last and self.out_kernel_init) or self.kernel_init
             bias_init = (i == last and self.out_bias_init) or self.bias_init
+            if self.fan_in_bias:
+                bias_init = _fan_in_bias(x.shape[-1])
             x = nn.Dense(width, kernel_init=kernel_init, bias_init=bias_init)(x)
             if i < last or self.activate_final:
                 if self.layer_norm and self.layer_norm_order == "pre_act":

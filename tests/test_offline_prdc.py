@@ -201,10 +201,12 @@ def test_config_validates_and_documents_every_field():
         ({"alpha": -0.5}, "--alpha"),
         ({"chunk_size": 0}, "--chunk-size"),
         ({"policy_delay": 0}, "--policy-delay"),
+        ({"network_init": "orthogonal"}, "--network-init"),
     ):
         with pytest.raises(ConfigError, match=flag):
             PRDCConfig(**bad)
     config = PRDCConfig()
+    assert config.network_init == "torch"  # the authors' and d3rlpy's nn.Linear default
     assert (config.alpha, config.beta, config.batch_size, config.tau) == (2.5, 2.0, 256, 0.005)
     assert config.normalize_observations and config.hidden_dims == (256, 256)
     for f in dataclasses.fields(PRDCConfig):

@@ -205,3 +205,26 @@ def test_gaussian_log_prob_matches_scipy_formula():
     std = jnp.asarray([0.5, 2.0])
     want = jax.scipy.stats.norm.logpdf(x, mean, std).sum(-1)
     np.testing.assert_allclose(rl.gaussian_log_prob(x, mean, std), want, rtol=1e-6)
+
+
+def test_torch_network_init_draws_kernels_and_biases_within_one_over_sqrt_fan_in():
+    from jaxrl.networks import MLP, NETWORK_INITS, DeterministicActor
+
+    mlp = MLP((64, 32, 3), **NETWORK_INITS["torch"]._asdict())
+    params = mlp.init(jax.random.key(0), jnp.zeros((1, 10)))["params"]
+    for layer, fan_in in (("Dense_0", 10), ("Dense_1", 64), ("Dense_2", 32)):
+        bound = fan_in**-0.5
+        for name in ("kernel", "bias"):
+            x = np.asarray(params[layer][name])
+            assert np.abs(x).max() <= bound, (layer, name)
+            # Uniform on [-b, b]: std b / sqrt(3); the draw fills the range, biases included.
+            assert np.abs(x).max() > 0.8 * bound, (layer, name)
+        kernel = np.asarray(params[layer]["kernel"])
+        np.testing.assert_allclose(kernel.std(), bound / np.sqrt(3), rtol=0.15)
+    xavier = MLP((64, 32, 3), **NETWORK_INITS["xavier"]._asdict())
+    zeros = xavier.init(jax.random.key(0), jnp.zeros((1, 10)))["params"]
+    assert all(not np.asarray(zeros[k]["bias"]).any() for k in zeros)
+    # The actor heads pass the initializers on to every layer.
+    actor = DeterministicActor(3, (64, 32), inits=NETWORK_INITS["torch"])
+    a_params = actor.init(jax.random.key(1), jnp.zeros((1, 10)))["params"]
+    assert np.asarray(a_params["MLP_0"]["Dense_2"]["bias"]).any()

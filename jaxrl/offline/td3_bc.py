@@ -25,6 +25,7 @@ from jaxrl.networks import (
     DenseInits,
     DeterministicActor,
     EnsembleQ,
+    fan_in_uniform,
     hparam_leaves,
     make_train_state,
 )
@@ -185,7 +186,6 @@ def edac_inits(out_bound: float) -> DenseInits:
     Hidden kernels ``U(+-1/sqrt(fan_in))`` (PyTorch ``nn.Linear``'s default weights), hidden
     biases 0.1, the output kernel and bias ``U(+-out_bound)`` (critics 3e-3, actor 1e-3).
     """
-    fan_in_uniform = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
     out = partial(jax.random.uniform, minval=-out_bound, maxval=out_bound)  # symmetric
     return DenseInits(fan_in_uniform, nn.initializers.constant(0.1), out, out)
 
