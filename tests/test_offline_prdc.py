@@ -327,9 +327,10 @@ def test_learns_pendulum_beyond_the_medium_behavior_policy(record_property):
     # (three agents: -1016 on seed 0's data, below the behavior's -674). beta 10 gave -536,
     # beta 50 -255 (two agents each). In hopper's 11-D states rows are far apart, and beta 2
     # constrains. Three agents (vmapped), their mean return against a threshold 30% of the
-    # way from the behavior return to the expert's, as TD3+BC's. Seeds 0-4 here (data seed:
-    # behavior -> agents' mean (threshold)): 0: -674 -> -378 (-514), 1: -741 -> -142 (-566),
-    # 2: -799 -> -462 (-600), 3: -734 -> -184 (-560), 4: -595 -> -310 (-461).
+    # way from the behavior return to the expert's, as TD3+BC's. Seeds 0-4 here with the
+    # default PyTorch-style initialization (data seed: agents' mean (threshold)): 0: -395
+    # (-514), 1: -178 (-566), 2: -526 (-600), 3: -167 (-560), 4: -370 (-461); with Xavier's
+    # (``network_init 'xavier'``): -378, -142, -462, -184, -310.
     from offline_seeds import members, train_and_evaluate
     from offline_utils import behavior_return, pendulum_dataset
 
