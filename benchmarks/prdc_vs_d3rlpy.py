@@ -20,6 +20,7 @@ with evaluations, and both curves.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import sys
@@ -171,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nice", action="store_true", help="run at the lowest CPU priority (19)")
     p.add_argument("--commit", action="store_true", help="git-commit the table after each run")
     p.add_argument("--report", action="store_true", help="only rewrite the table")
+    p.add_argument(
+        "--only", action="append", default=[], help="run only these (fnmatch on IMPL-prdc/sSEED)"
+    )
     a = p.parse_args(argv)
     a.cmdline = " ".join(
         f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
@@ -199,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         return state(run, root)[0] == "done"
 
     runner = Runner(root, log)
-    rc = run_queue(runs, lambda r: state(r, root), lambda r: [], finish, runner, a.workers)
+    only = [f"*/{o}" for o in a.only]
+    chosen = [r for r in runs if not only or any(fnmatch.fnmatch(r.name, o) for o in only)]
+    rc = run_queue(chosen, lambda r: state(r, root), lambda r: [], finish, runner, a.workers)
     write(runs, root, a)
     return rc
 

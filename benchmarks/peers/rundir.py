@@ -93,6 +93,28 @@ def eval_points(total: int, every: int) -> list[int]:
     return [*points, total]
 
 
+def _claim(out: str) -> Any:
+    """Hold an exclusive ``flock`` on ``out/.lock`` while this process lives, or exit 2.
+
+    The same lock file jaxrl's runs hold (``jaxrl.loops.config.claim_run_dir``), so the suite
+    sees a peer run another process is training (``run_dir_in_use``) and leaves it alone: two
+    processes in one directory would interleave their checkpoints and metrics rows.
+    """
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system: no guard
+        return None
+    handle = open(os.path.join(out, ".lock"), "a")  # noqa: SIM115 (held while the run lasts)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        print(f"error: {out} is being trained by another process (it holds {out}/.lock)",
+              file=sys.stderr)  # fmt: skip
+        raise SystemExit(2) from None
+    return handle
+
+
 class RunDir:
     """One peer run's directory: config, metrics rows, checkpoints and summary.
 
@@ -107,6 +129,7 @@ class RunDir:
         self.summary_path = os.path.join(out, "summary.json")
         self.config_path = os.path.join(out, "config.json")
         os.makedirs(out, exist_ok=True)
+        self._lock = _claim(out)
         self._segment_start = time.perf_counter()
         self._wall_before = 0.0
 
