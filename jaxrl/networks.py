@@ -52,16 +52,6 @@ biases) and PyTorch ``nn.Linear``'s default (kernels and biases ``U(+-1/sqrt(fan
 the PyTorch reference code of several agents keeps."""
 
 
-def _fan_in_bias(fan_in: int) -> Callable:
-    """A bias initializer ``U(+-1/sqrt(fan_in))`` for a layer with ``fan_in`` inputs."""
-    bound = fan_in**-0.5
-
-    def init(key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
-        return jax.random.uniform(key, shape, dtype, -bound, bound)
-
-    return init
-
-
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "relu": nn.relu,
     "swish": nn.swish,
@@ -111,8 +101,9 @@ class MLP(nn.Module):
         for i, width in enumerate(self.hidden_dims):
             kernel_init = (i == last and self.out_kernel_init) or self.kernel_init
             bias_init = (i == last and self.out_bias_init) or self.bias_init
-            if self.fan_in_bias:
-                bias_init = _fan_in_bias(x.shape[-1])
+            if self.fan_in_bias:  # U(+-1/sqrt(fan_in)) of this layer
+                bound = x.shape[-1] ** -0.5
+                bias_init = partial(jax.random.uniform, minval=-bound, maxval=bound)
             x = nn.Dense(width, kernel_init=kernel_init, bias_init=bias_init)(x)
             if i < last or self.activate_final:
                 if self.layer_norm and self.layer_norm_order == "pre_act":
