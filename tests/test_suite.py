@@ -239,3 +239,25 @@ def test_a_run_on_other_dataset_files_is_not_finished(tmp_path):
     os.remove(os.path.join(archive, run.name, DATA_STAMP))
     write(archive, data.name, "manifest.json", manifest)
     assert finished_dir(run, root, archive) is None
+
+
+def test_a_peer_run_directory_is_locked_as_a_jaxrl_one(tmp_path):
+    # Two suite processes took one d3rlpy run at once before peer runs held the lock.
+    from jaxrl.loops.config import run_dir_in_use
+
+    out = str(tmp_path / "peer-run")
+    held = (
+        f"import sys, time; sys.path.insert(0, {os.path.join(ROOT, 'benchmarks', 'peers')!r}); "
+        f"import rundir; run = rundir.RunDir({out!r}); print('held', flush=True); time.sleep(60)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", held], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert run_dir_in_use(out)  # the suite leaves it to that process
+        second = held.replace("time.sleep(60)", "pass")
+        r = subprocess.run([sys.executable, "-c", second], capture_output=True, text=True)
+        assert r.returncode == 2 and "being trained by another process" in r.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not run_dir_in_use(out)  # the OS drops the lock with its process
