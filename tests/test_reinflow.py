@@ -3,10 +3,16 @@
 The learning test clones a flow policy from the generated Pendulum-v1 medium data (as
 jax:pendulum data: the same dynamics and observations, actions halved into [-1, 1]) in the
 offline loop, then fine-tunes it with PPO in the fused loop, as ``jaxrl train reinflow
---dataset D --env jax:pendulum --offline-steps N --online-steps M`` does. Measured on data
-seeds 0-4 (``benchmarks/learning_tests.py``; BC -> fine-tuned, 40,000 env steps): -506 -> -334,
--779 -> -530, -724 -> -319, -763 -> -247, -805 -> -449, so improvements of 172-516 against the
-margin of 100; 50-70 s each on 2 cores. From a weak clone the return first dips: at 25,000 steps
+--dataset D --env jax:pendulum --offline-steps N --online-steps M`` does. The fine-tuned
+return is the mean of the evaluations (every 4,000 steps) over the second half of the 40,000
+online steps: a single final evaluation swings too much between neighbouring PPO iterations.
+Data seeds 0-4 on an AVX-512 machine (``benchmarks/learning_tests.py``; BC -> that mean): -463
+-> -312, -795 -> -428, -709 -> -383, -744 -> -284, -596 -> -220, improvements of 151-461
+against the margin of 100; there the
+final evaluation alone of seed 0 was -448 (+15), where its evaluations at 27k-35k steps were
+about -255. On an AVX2 machine the final evaluations alone were -506 -> -334, -779 -> -530,
+-724 -> -319, -763 -> -247, -805 -> -449. 50-70 s each on 2 cores. From a weak clone the
+return first dips: at 25,000 steps
 seeds 1 and 4 were still below their clones on this data (the old settings, 5 epochs and 5
 warm-up updates, were at -819 and -949 there; 40,000 steps of them still left seed 4 at -1004).
 Ten epochs and ten critic-only updates climb sooner and dip less.
@@ -279,6 +285,8 @@ def test_pretrained_agent_continues_with_a_constant_bc_rate():
 
 BC_STEPS = 3000
 ONLINE_STEPS = 40_000
+EVAL_EVERY = 4000
+LATE_FROM = BC_STEPS + ONLINE_STEPS // 2
 MARGIN = 100.0
 
 
@@ -297,6 +305,7 @@ def test_finetuning_improves_on_the_cloned_flow_policy(tmp_path, record_property
         train_offline,
     )
     from jaxrl.loops.checkpoint import Checkpointer
+    from jaxrl.loops.logging import read_metrics
     from jaxrl.run.runs import make_jax_envs
 
     # The docstring of offline_utils: jax:pendulum has Pendulum-v1's dynamics; its actions are
@@ -319,11 +328,14 @@ def test_finetuning_improves_on_the_cloned_flow_policy(tmp_path, record_property
     template = strongly_typed(OfflineState(agent, jax.random.key(0)))
     agent = Checkpointer(os.path.join(out, "checkpoints")).restore(template, BC_STEPS)[0].agent
     agents = strongly_typed(jax.tree.map(lambda x: jnp.asarray(x)[None], agent))
-    online = dataclasses.replace(cfg, total_steps=ONLINE_STEPS, eval_every=ONLINE_STEPS)
-    (summary,) = train_fused(
-        spec, config, env, eval_env, online, [out], agents=agents, step_offset=BC_STEPS
-    )
-    tuned = summary["final_eval_return_mean"]
+    online = dataclasses.replace(cfg, total_steps=ONLINE_STEPS, eval_every=EVAL_EVERY)
+    train_fused(spec, config, env, eval_env, online, [out], agents=agents, step_offset=BC_STEPS)
+    # The mean of the evaluations over the second half of the online phase: one evaluation of
+    # a PPO policy swings by ~200 between neighbouring iterations (seed 0: -253, -252, -426).
+    rows = read_metrics(os.path.join(out, "metrics.csv"))
+    late = [r["eval_return"] for r in rows if "eval_return" in r and r["step"] > LATE_FROM]
+    assert len(late) >= 3, rows
+    tuned = float(np.mean(late))
     record_property("value", tuned - bc)
     record_property("threshold", MARGIN)
     record_property("members", f"bc {bc:.0f}, fine-tuned {tuned:.0f}")
