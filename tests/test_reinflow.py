@@ -2,20 +2,18 @@
 
 The learning test clones a flow policy from the generated Pendulum-v1 medium data (as
 jax:pendulum data: the same dynamics and observations, actions halved into [-1, 1]) in the
-offline loop, then fine-tunes it with PPO in the fused loop, as ``jaxrl train reinflow
---dataset D --env jax:pendulum --offline-steps N --online-steps M`` does. The fine-tuned
-return is the mean of the evaluations (every 4,000 steps) over the second half of the 40,000
-online steps: a single final evaluation swings too much between neighbouring PPO iterations.
-Data seeds 0-4 on an AVX-512 machine (``benchmarks/learning_tests.py``; BC -> that mean): -463
--> -312, -795 -> -428, -709 -> -383, -744 -> -284, -596 -> -220, improvements of 151-461
-against the margin of 100; there the
-final evaluation alone of seed 0 was -448 (+15), where its evaluations at 27k-35k steps were
-about -255. On an AVX2 machine the final evaluations alone were -506 -> -334, -779 -> -530,
--724 -> -319, -763 -> -247, -805 -> -449. 50-70 s each on 2 cores. From a weak clone the
-return first dips: at 25,000 steps
-seeds 1 and 4 were still below their clones on this data (the old settings, 5 epochs and 5
-warm-up updates, were at -819 and -949 there; 40,000 steps of them still left seed 4 at -1004).
-Ten epochs and ten critic-only updates climb sooner and dip less.
+offline loop, then fine-tunes it with PPO in the fused loop, as ``jaxrl train reinflow --dataset
+D --env jax:pendulum --offline-steps N --online-steps M`` does. The fine-tuned return is the
+mean of the evaluations (every 4,000 steps) over the second half of the 40,000 online steps: a
+single final evaluation swings too much between neighbouring PPO iterations. Data seeds 0-4 on
+an AVX-512 machine (``benchmarks/learning_tests.py``; BC -> that mean): -463 -> -312, -795 ->
+-428, -709 -> -383, -744 -> -284, -596 -> -220, improvements of 151-461 against the margin of
+100; there the final evaluation alone of seed 0 was -448 (+15), where its evaluations at 27k-35k
+steps were about -255. On an AVX2 machine the final evaluations alone were -506 -> -334, -779 ->
+-530, -724 -> -319, -763 -> -247, -805 -> -449. 50-70 s each on 2 cores. From a weak clone the
+return first dips: at 25,000 steps seeds 1 and 4 were still below their clones on this data (the
+old settings, 5 epochs and 5 warm-up updates, were at -819 and -949 there; 40,000 steps of them
+still left seed 4 at -1004). Ten epochs and ten critic-only updates climb sooner and dip less.
 """
 
 from __future__ import annotations
