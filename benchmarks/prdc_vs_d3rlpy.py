@@ -94,7 +94,9 @@ def section(runs: list[Run], root: str, a: argparse.Namespace) -> list[str]:
         "`benchmarks/peers/d3rlpy_offline.py`). Final return: the deterministic policy over "
         f"{EVAL_EPISODES} episodes at the last step. d3rlpy's neighbour search: "
         f"{INDEX[a.d3rlpy_index]}. Updates/s: gradient steps over the whole run's wall clock, "
-        "evaluations included, each run on its own core.",
+        "evaluations included, each run pinned to its own core; a run that shared its core with "
+        "other work (a test suite, another benchmark) counts that time too, so compare speeds "
+        "in `prdc_speed*.md`.",
         "",
         "| library | " + " | ".join(f"s{s}" for s in a.seeds) + " | mean ± std | updates/s |",
         "|---" * (len(a.seeds) + 3) + "|",
