@@ -120,7 +120,8 @@ class MujocoFrames:
 
     Args:
         model: a ``mujoco.MjModel`` (copied).
-        width, height: frame size in pixels.
+        width: frame width in pixels.
+        height: frame height in pixels.
     """
 
     def __init__(self, model: Any, width: int, height: int):
