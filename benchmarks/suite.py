@@ -16,9 +16,11 @@ Runs go in the listed order (datasets before the offline runs that read them), o
 ``--workers N`` at once (``suite_runner.py``). Stopping the suite (Ctrl-C, SIGTERM, a killed
 session) stops the current runs at their next checkpoint-safe point; running the suite again
 skips every finished run (its directory holds ``summary.json``) and resumes the unfinished ones
-from their checkpoints. After each finished run the tables ``benchmarks/results/suite.{md,json}``
-and the plots are rewritten (``--commit`` also commits them), so a partial suite always has a
-partial table that says what is missing.
+from their checkpoints. A finished run made with other agent settings than its command gives
+today (a default changed) is stale: the suite moves it aside (``retired``) and trains it again;
+``--retire --only PATTERN`` does so by hand. After each finished run the tables
+``benchmarks/results/suite.{md,json}`` and the plots are rewritten (``--commit`` commits them):
+a partial suite always has a partial table that says what is missing.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from collections.abc import Callable
 # benchmarks/ is on sys.path as a script
 from suite_report import archive_dir, archive_run, finished_dir, read_json, write_report
 from suite_runner import Runner, run_queue
+from suite_settings import retire, settings_changes
 
 from jaxrl.loops.config import run_dir_in_use
 
@@ -246,23 +249,34 @@ SUITES: dict[str, Callable[[], list[Run]]] = {"full": full_suite, "smoke": smoke
 
 
 def state(run: Run, root: str, done: set[str], archive: str) -> tuple[str, str]:
-    """``(state, detail)`` of a run: done, running, partial, blocked, no-venv or pending."""
+    """``(state, detail)``: done, stale, running, partial, blocked, no-venv or pending.
+
+    Stale: made with other agent settings or dataset files than today's; it trains again from
+    the start after ``retire`` moved the old run aside.
+    """
     out = os.path.join(root, run.name)
     found = finished_dir(run, root, archive)
     if found is not None:
         summary = read_json(os.path.join(found, run.marker)) or {}
         where = "" if found == out else " (archived)"
-        return "done", f"{summary.get('wall_clock_s') or 0.0:.0f} s{where}"
-    missing = [n for n in run.needs if n not in done]
-    if missing:
+        added = settings_changes(run, found)[1]
+        new = f"; fields added since: {', '.join(added)}" if added else ""
+        return "done", f"{summary.get('wall_clock_s') or 0.0:.0f} s{where}{new}"
+    if missing := [n for n in run.needs if n not in done]:
         return "blocked", "needs " + ", ".join(missing)
+    for base in (b for b in (root, archive) if not (b == root and run_dir_in_use(out))):
+        if changed := settings_changes(run, os.path.join(base, run.name))[0]:
+            return "stale", "settings changed since it ran: " + "; ".join(changed)
+        marker = read_json(os.path.join(base, run.name, run.marker))
+        if marker and marker.get("completed", True):  # so finished_dir refused its data
+            return "stale", "finished on other (or unrecorded) dataset files than today's"
     if not os.path.exists(VENVS[run.impl][0]):
         return "no-venv", f"needs `{VENVS[run.impl][1]}`"
-    if os.path.isdir(out) and run_dir_in_use(out):
+    if not os.path.isdir(out):
+        return "pending", ""
+    if run_dir_in_use(out):
         return "running", f"another process trains it, at step {_last_step(out)} of {run.budget}"
-    if os.path.isdir(out):
-        return "partial", f"at step {_last_step(out)} of {run.budget}"
-    return "pending", ""
+    return "partial", f"at step {_last_step(out)} of {run.budget}"
 
 
 def _last_step(out: str) -> int:
@@ -302,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--commit", action="store_true", help="git-commit the tables after each run")
     p.add_argument("--max-runs", type=int, default=None, help="stop after this many runs")
     p.add_argument("--workers", type=int, default=1, help="runs at once (2 cores: 2 is faster)")
+    p.add_argument("--retire", action="store_true", help="move the --only runs aside; exit")
     a = p.parse_args(argv)
     root = os.path.abspath(a.root)
     runs = SUITES[a.suite]()
@@ -315,6 +330,14 @@ def main(argv: list[str] | None = None) -> int:
             st, detail = state(r, root, done, archive)
             print(f"{st:8} {r.name:58} {r.budget:>9,} {r.unit:16} {detail}")
         print(f"{sum(r.name in done for r in chosen)}/{len(chosen)} runs done")
+        return 0
+    if a.retire:
+        if not a.only:
+            p.error("--retire needs --only PATTERN (the runs to train again)")
+        for r in chosen:
+            moved = retire(r, root, archive, _commit if a.commit else None)
+            print(f"{r.name}: " + (", ".join(moved) or "nothing to move"))
+        write_report(runs, root, a.results, a.suite)
         return 0
     if a.report:
         print("\n".join(write_report(runs, root, a.results, a.suite)))
@@ -352,9 +375,14 @@ def main(argv: list[str] | None = None) -> int:
                 _commit(written, f"benchmarks/results/suite: {run.name} finished")
             return True
 
+    def prepare(run: Run) -> None:
+        if state(run, root, done, archive)[0] == "stale":  # its old run goes aside, kept
+            moved = retire(run, root, archive, _commit if a.commit else None)
+            log(f"retired {run.name} (stale): " + ", ".join(moved))
+
     runner = Runner(root, log)
     rc = run_queue(chosen, lambda r: state(r, root, done, archive), remake, finish, runner,
-                   a.workers, a.max_runs)  # fmt: skip
+                   a.workers, a.max_runs, prepare)  # fmt: skip
     if rc:
         return rc
     write_report(runs, root, a.results, a.suite)

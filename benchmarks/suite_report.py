@@ -26,6 +26,7 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
+from suite_settings import settings_changes
 
 from jaxrl.data import normalized_score, reference_returns
 
@@ -82,13 +83,16 @@ def finished_dir(run: Any, root: str, archive: str | None) -> str | None:
     A run that reads datasets counts only if it read the current ones: the ``DATA_STAMP`` beside
     its marker equals ``data_stamp`` now. Remade datasets whose files differ (another CPU) make
     the runs on the old files unfinished, so they run again rather than mix two datasets in one
-    cell. A run directory of this checkout without a stamp read this checkout's files.
+    cell. A run directory of this checkout without a stamp read this checkout's files. A run whose
+    agent settings differ from today's (``suite_settings.settings_changes``) is not finished.
     """
     current = data_stamp(run, root, archive) if run.needs else {}
     for base in (b for b in (root, archive) if b is not None):
         summary = read_json(os.path.join(base, run.name, run.marker))
         if summary is None or not summary.get("completed", True):
             continue
+        if settings_changes(run, os.path.join(base, run.name))[0]:
+            continue  # made with other agent settings than the command resolves to today
         recorded = read_json(os.path.join(base, run.name, DATA_STAMP))
         if recorded is None and base == root:
             recorded = current

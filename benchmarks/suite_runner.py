@@ -95,18 +95,22 @@ def run_queue(
     runner: Runner,
     workers: int = 1,
     max_runs: int | None = None,
+    prepare: Callable[[Any], None] | None = None,
 ) -> int:
     """Run every unfinished run of ``chosen``, in order, ``workers`` at a time.
 
     Args:
         chosen: the runs, in the order they are taken.
-        state: ``run -> (state, detail)`` (``suite.state``; "pending" and "partial" are run).
+        state: ``run -> (state, detail)`` (``suite.state``; "pending", "partial" and "stale"
+            are run).
         remake: ``run -> the runs to redo here first`` (its archived-only dataset recipe).
         finish: called after each command with its exit code; True when the run finished
             (archived and reported), False to skip the rest of that job.
         runner: starts the commands.
         workers: how many commands at once.
         max_runs: start at most this many runs (not counting remade needs).
+        prepare: called with each run just before its command starts (``suite.py`` moves a
+            stale run's old directory aside there).
 
     Returns:
         0, or 130 when a stop signal ended the suite.
@@ -129,7 +133,7 @@ def run_queue(
             st, detail = state(run)
             if st in ("blocked", "no-venv", "running"):
                 say_once(run.name, f"skip {run.name}: {detail}")
-            if st not in ("pending", "partial"):
+            if st not in ("pending", "partial", "stale"):
                 continue
             todo = remake(run)
             if any(t.name in busy for t in todo):
@@ -153,6 +157,8 @@ def run_queue(
             run, todo = job
             try:
                 for each in (*todo, run):
+                    if prepare is not None:
+                        prepare(each)
                     if not finish(each, runner.execute(each, worker)):
                         break
             except Stop:

@@ -261,3 +261,62 @@ def test_a_peer_run_directory_is_locked_as_a_jaxrl_one(tmp_path):
         holder.kill()
         holder.wait()
     assert not run_dir_in_use(out)  # the OS drops the lock with its process
+
+
+def test_a_run_made_with_other_agent_settings_is_stale_and_retired_not_deleted(tmp_path):
+    """A finished run whose recorded agent config differs from what its command resolves to
+    today is not finished: ``--list`` calls it stale with the field, and ``--retire`` (as the
+    suite does before training it again) moves it and its archive aside, deleting nothing. A
+    field added since the run only shows in the detail."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import suite
+        from suite_report import finished_dir
+        from suite_settings import _resolved
+    finally:
+        sys.path.remove(os.path.join(ROOT, "benchmarks"))
+    root, results = tmp_path / "runs", tmp_path / "results"
+    archive = results / "suite_smoke_runs"
+    run = suite.smoke_suite()[0]
+    today = _resolved(tuple(run.args))
+    assert today["actor_lr"] == 3e-4  # SAC's default: the command does not set it
+
+    def finish_in(base, config):
+        (base / run.name).mkdir(parents=True, exist_ok=True)
+        (base / run.name / "summary.json").write_text(json.dumps({"completed": True}))
+        (base / run.name / "config.json").write_text(json.dumps({"agent_config": config}))
+
+    finish_in(archive, today)
+    assert finished_dir(run, str(root), str(archive)) == str(archive / run.name)
+    finish_in(archive, {k: v for k, v in today.items() if k != "backup_entropy"})
+    st, detail = suite.state(run, str(root), set(), str(archive))
+    assert st == "done" and detail.endswith("fields added since: backup_entropy"), detail
+    finish_in(archive, {**today, "actor_lr": 1e-3})
+    finish_in(root, {**today, "actor_lr": 1e-3})
+    assert finished_dir(run, str(root), str(archive)) is None
+    st, detail = suite.state(run, str(root), set(), str(archive))
+    assert st == "stale" and "actor_lr 0.001 -> 0.0003" in detail, (st, detail)
+    rc = suite.main(["--suite", "smoke", "--root", str(root), "--results", str(results),
+                     "--retire", "--only", run.name])  # fmt: skip
+    assert rc == 0 and not (root / run.name).exists() and not (archive / run.name).exists()
+    kept = [*(root / "retired").rglob("config.json"), *results.rglob("*_retired/**/config.json")]
+    assert len(kept) == 2 and all("0.001" in p.read_text() for p in kept), kept
+    assert suite.state(run, str(root), set(), str(archive))[0] == "pending"
+
+
+def test_the_queue_trains_a_stale_run_after_preparing_it(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        from suite_runner import Runner, run_queue
+    finally:
+        sys.path.pop(0)
+    lines, prepared, done = [], [], set()
+    rc = run_queue(
+        [_Job("old", 0.0)],
+        lambda j: ("done", "") if j.name in done else ("stale", "settings changed"),
+        lambda j: [],
+        lambda j, rc: done.add(j.name) or rc == 0,
+        Runner(str(tmp_path), lines.append),
+        prepare=lambda j: prepared.append((j.name, len(lines))),
+    )
+    assert rc == 0 and prepared == [("old", 0)] and lines[0].startswith("start old"), lines
