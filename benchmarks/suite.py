@@ -337,7 +337,9 @@ def main(argv: list[str] | None = None) -> int:
         for r in chosen:
             moved = retire(r, root, archive, _commit if a.commit else None)
             print(f"{r.name}: " + (", ".join(moved) or "nothing to move"))
-        write_report(runs, root, a.results, a.suite)
+        written = write_report(runs, root, a.results, a.suite)
+        if a.commit:
+            _commit(written, f"benchmarks/results/suite: the tables without {len(chosen)} retired runs")
         return 0
     if a.report:
         print("\n".join(write_report(runs, root, a.results, a.suite)))
