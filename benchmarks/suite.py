@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r.name}: " + (", ".join(moved) or "nothing to move"))
         written = write_report(runs, root, a.results, a.suite)
         if a.commit:
-            _commit(written, f"benchmarks/results/suite: the tables without {len(chosen)} retired runs")
+            _commit(written, f"benchmarks/results/suite: tables without {len(chosen)} retired runs")
         return 0
     if a.report:
         print("\n".join(write_report(runs, root, a.results, a.suite)))
