@@ -206,7 +206,7 @@ def test_a_run_on_other_dataset_files_is_not_finished(tmp_path):
     """
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     try:
-        from suite import Run
+        from suite import Run, state
         from suite_report import DATA_STAMP, archive_run, finished_dir
     finally:
         sys.path.remove(os.path.join(ROOT, "benchmarks"))
@@ -239,6 +239,8 @@ def test_a_run_on_other_dataset_files_is_not_finished(tmp_path):
     os.remove(os.path.join(archive, run.name, DATA_STAMP))
     write(archive, data.name, "manifest.json", manifest)
     assert finished_dir(run, root, archive) is None
+    st, detail = state(run, root, {data.name}, archive)  # so the suite retires it and reruns
+    assert st == "stale" and "dataset files" in detail, (st, detail)
 
 
 def test_a_peer_run_directory_is_locked_as_a_jaxrl_one(tmp_path):
