@@ -231,8 +231,8 @@ def _rows(cells: list[dict[str, Any]]) -> list[str]:
 
 def _dataset_rows(cells: list[dict[str, Any]]) -> list[str]:
     lines = [
-        "| env | expert budget | random return | expert return | medium step (return) | file | "
-        "transitions | episodes | return | sha256 |",
+        "| env | expert budget | random return | expert return (step) | medium step (return) | "
+        "file | transitions | episodes | return | sha256 |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
@@ -243,7 +243,8 @@ def _dataset_rows(cells: list[dict[str, Any]]) -> list[str]:
         for kind, f in m["files"].items():
             lines.append(
                 f"| {c['task']} | {m['expert_steps']:,} | {_fmt(m['random_return'])} | "
-                f"{_fmt(m['expert_return'])} | {m['medium_step']:,} ({_fmt(m['medium_return'])}) "
+                f"{_fmt(m['expert_return'])} ({m.get('expert_step', m['expert_steps']):,}) | "
+                f"{m['medium_step']:,} ({_fmt(m['medium_return'])}) "
                 f"| {kind} | {f.get('transitions', 0):,} | {f.get('episodes', '-')} | "
                 f"{_fmt(f.get('return_mean'))} | `{f.get('sha256', '')}` |"
             )

@@ -17,7 +17,7 @@ import pytest
 from jaxrl.agents import SACConfig
 from jaxrl.cli import main
 from jaxrl.data import load_dataset
-from jaxrl.run.recipe import EXPERT_DIR, d4rl_recipe, eval_curve, medium_point
+from jaxrl.run.recipe import EXPERT_DIR, d4rl_recipe, eval_curve, expert_point, medium_point
 
 ENV = "InvertedPendulum-v5"  # MuJoCo: a checkpoint holds the simulator state (exact resume)
 STEPS = 400
@@ -51,6 +51,16 @@ def _sha256(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def test_expert_point_is_the_best_checkpointed_eval():
+    # A late collapse (Hopper-v5: 3,187 at 290k, 1,244 at 300k) does not make the expert.
+    curve = {100: 300.0, 200: 3187.0, 300: 1244.0, 400: 3187.0}
+    assert expert_point(curve, [100, 200, 300, 400], 400) == 400  # tie: the later step
+    assert expert_point(curve, [100, 200, 300], 400) == 200  # only kept checkpoints
+    assert expert_point(curve, [], 400) == 400  # none kept: the end of the run
+    # The first evaluation is never the expert: the medium policy must come before it.
+    assert expert_point({100: 9.0, 200: 5.0, 300: 1.0}, [100, 200, 300], 300) == 200
+
+
 def test_medium_point_is_the_checkpointed_eval_nearest_the_target():
     curve = {100: -1200.0, 200: -900.0, 300: -700.0, 400: -500.0, 500: -150.0}
     assert medium_point(curve, -800.0, [100, 200, 300, 400, 500], 500) == 200  # tie: earlier
@@ -73,10 +83,12 @@ def test_recipe_follows_d4rl_from_its_own_run(made):
         300,
         400,
     ]
-    expert, random = curve[STEPS], manifest["random_return"]
+    best = max(sorted(curve)[1:], key=lambda s: (curve[s], s))  # the best after the first
+    expert, random = curve[best], manifest["random_return"]
     target = random + (expert - random) / 3
-    nearest = min((s for s in curve if s < STEPS), key=lambda s: (abs(curve[s] - target), s))
-    assert manifest["expert_return"] == expert and manifest["medium_target_return"] == target
+    nearest = min((s for s in curve if s < best), key=lambda s: (abs(curve[s] - target), s))
+    assert manifest["expert_step"] == best and manifest["expert_return"] == expert
+    assert manifest["medium_target_return"] == target
     assert manifest["medium_step"] == nearest and manifest["medium_return"] == curve[nearest]
     assert (manifest["ref_min_return"], manifest["ref_max_return"]) == (random, expert)
     with open(os.path.join(out, "manifest.json")) as f:
@@ -92,7 +104,7 @@ def test_recipe_follows_d4rl_from_its_own_run(made):
             100 * (entry["return_mean"] - random) / (expert - random)
         )
     assert data["medium"].metadata["policy_step"] == nearest
-    assert data["expert"].metadata["policy_step"] == STEPS
+    assert data["expert"].metadata["policy_step"] == best
     assert len(data["medium"]) == len(data["expert"]) == 300
     # medium-replay: the buffer at the medium point, every transition seen until then.
     assert len(data["medium-replay"]) == nearest

@@ -61,7 +61,7 @@ class RecipeArgs:
     dataset_steps: int = 1_000_000
     """transitions of each rolled-out dataset (each half of medium-expert)"""
     eval_every: int = 10_000
-    """steps between the expert's evaluations (the medium candidates)"""
+    """steps between the expert run's evaluations (the expert and medium candidates)"""
     eval_episodes: int = 10
     """episodes per evaluation"""
     ref_episodes: int = 50

@@ -1,7 +1,7 @@
 """The D4RL dataset recipe in one call: train the expert, pick the medium point, write the files.
 
 D4RL (Fu et al., 2020, sec. 5) made its locomotion datasets from one SAC training run:
-*expert* rolls out the final policy, *medium* the policy early-stopped at about a third of the
+*expert* rolls out the trained policy, *medium* the policy early-stopped at about a third of the
 expert's performance, *medium-replay* is that run's replay buffer up to the medium point and
 *medium-expert* concatenates medium and expert data; both policies act stochastically.
 ``d4rl_recipe`` (``jaxrl dataset recipe``) does all of it into one directory::
@@ -12,10 +12,13 @@ expert's performance, *medium-replay* is that run's replay buffer up to the medi
 
 Choices, stated once:
 
-- The expert return is the *final* evaluation return of the expert run (its ``metrics.csv``;
-  deterministic policy, ``eval_episodes`` episodes), as D4RL's expert is the end of training.
+- The expert is the run's best evaluation after its first (deterministic policy,
+  ``eval_episodes`` episodes; ties: the later step): its checkpoint is the expert policy, its
+  return the expert return. D4RL's expert ends a converged run; a short run's last evaluation
+  can fall in a collapse (Hopper-v5: 3,187 at 290k, 1,244 at 300k). The best is biased up by
+  one evaluation's noise, so normalized scores are, if anything, low.
 - The random return is the mean return of a uniform random policy (``ref_episodes`` episodes).
-- The medium point is the evaluation before the end whose return is nearest
+- The medium point is the evaluation before the expert's whose return is nearest
   ``random + (expert - random) / 3``: normalized score 33.3, i.e. one third of the expert's
   return when the random return is 0 (locomotion) and still between the two when returns are
   negative (Pendulum). Ties go to the earlier step.
@@ -114,11 +117,12 @@ def d4rl_recipe(
     run_dir = os.path.join(out, EXPERT_DIR)
     cfg = expert_config(env_id, run_dir, expert_steps, seed, eval_every, eval_episodes, progress)
     _train_expert(cfg, agent_config or SACConfig())
-    curve = eval_curve(run_dir)
-    expert_return = curve[expert_steps]
+    curve, kept = eval_curve(run_dir), _checkpoint_steps(run_dir)
+    expert_step = expert_point(curve, kept, expert_steps)
+    expert_return = curve[expert_step]
     random_return = _random_return(env_id, ref_episodes, seed + _SEEDS["reference"])
     target = random_return + MEDIUM_FRACTION * (expert_return - random_return)
-    medium_step = medium_point(curve, target, _checkpoint_steps(run_dir), expert_steps)
+    medium_step = medium_point(curve, target, kept, expert_step)
     refs = (random_return, expert_return)
     recipe = {
         "env": env_id,
@@ -126,11 +130,12 @@ def d4rl_recipe(
         "expert_steps": expert_steps,
         "eval_every": eval_every,
         "eval_episodes": eval_episodes,
+        "expert_step": expert_step,
         "medium_step": medium_step,
         "dataset_steps": dataset_steps,
         "ref_returns": list(refs),
     }
-    steps = {"medium": medium_step, "expert": expert_steps}
+    steps = {"medium": medium_step, "expert": expert_step}
     name = env_id.lower().replace("/", "_")
     paths = {k: os.path.join(out, f"{name}-{k}.hdf5") for k in RECIPE_KINDS}
     made: dict[str, Dataset] = {}
@@ -161,8 +166,9 @@ def d4rl_recipe(
         "eval_every": eval_every,
         "eval_episodes": eval_episodes,
         "dataset_steps": dataset_steps,
+        "expert_step": expert_step,
         "expert_return": expert_return,
-        "expert_return_is": f"final evaluation return of the expert run (step {expert_steps})",
+        "expert_return_is": f"best evaluation return of the expert run (step {expert_step})",
         "random_return": random_return,
         "random_return_is": f"mean return of a uniform random policy, {ref_episodes} episodes",
         "medium_target_return": target,
@@ -204,15 +210,8 @@ def _check(env_id: str, kinds: tuple, budgets: dict[str, int]) -> tuple[str, ...
     return tuple(dict.fromkeys(kinds))
 
 
-def expert_config(
-    env_id: str,
-    run_dir: str,
-    steps: int,
-    seed: int,
-    eval_every: int,
-    eval_episodes: int,
-    progress: bool = False,
-) -> Any:
+def expert_config(env_id: str, run_dir: str, steps: int, seed: int, eval_every: int,
+                  eval_episodes: int, progress: bool = False) -> Any:  # fmt: skip
     """The expert run's ``TrainConfig``: a checkpoint at every evaluation, all of them kept."""
     from jaxrl.loops import TrainConfig
 
@@ -256,6 +255,15 @@ def eval_curve(run_dir: str) -> dict[int, float]:
     """``{step: eval_return}`` of a run directory's evaluation points (its ``metrics.csv``)."""
     rows = read_metrics(os.path.join(run_dir, "metrics.csv"))
     return {int(r["step"]): r["eval_return"] for r in rows if "eval_return" in r}
+
+
+def expert_point(curve: dict[int, float], kept: list[int], expert_steps: int) -> int:
+    """The best checkpointed evaluation step after the first (ties: the later step).
+
+    The first is left out, as the medium policy comes earlier; ``expert_steps`` if none.
+    """
+    candidates = sorted(s for s in curve if s in set(kept) and s > 0)[1:]
+    return max(candidates, key=lambda s: (curve[s], s)) if candidates else expert_steps
 
 
 def medium_point(curve: dict[int, float], target: float, kept: list[int], expert_step: int) -> int:
@@ -337,10 +345,10 @@ def _provenance(kind: str, recipe: dict, steps: dict[str, int], ref_episodes: in
         "recipe": json.dumps({**recipe, "kind": kind}, sort_keys=True),
         "policy": "" if kind == "random" else EXPERT_DIR,
         "expert_policy": EXPERT_DIR,
-        "expert_steps": steps["expert"],
+        "expert_step": steps["expert"],
         "medium_step": steps["medium"],
         "ref_min_source": f"uniform random policy, {ref_episodes} episodes",
-        "ref_max_source": f"final evaluation return of {EXPERT_DIR}",
+        "ref_max_source": f"best evaluation return of {EXPERT_DIR}",
     }
 
 
