@@ -44,6 +44,9 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "ln-q2-utd3-delayed": (*LN, "--utd-ratio", "3", "--delayed-actor-update"),
     "ln-q3min2-utd4-b128-delayed": (*LN, *Q3, "--utd-ratio", "4", "--batch-size", "128",
                                     "--delayed-actor-update"),
+    # The critic FLOPs of sac-fast spent on twice the updates of half the batch, actor on the min
+    "ln-q3min2-utd4-b128-delayed-pmin": (*LN, *Q3[:-1], "min", "--utd-ratio", "4",
+                                         "--batch-size", "128", "--delayed-actor-update"),
 }  # fmt: skip
 TASKS = ("Hopper-v5", "HalfCheetah-v5")
 DEFAULT_STEPS = 30_000
@@ -72,6 +75,9 @@ def main() -> int:
     p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--only", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
+    p.add_argument("--eval-every", type=int, default=None,
+                   help="env steps between evaluations (default: a sixth of --steps)")
+    p.add_argument("--eval-episodes", type=int, default=5)
     p.add_argument("--nice", action="store_true", help="run at the lowest CPU priority")
     p.add_argument("--report", action="store_true", help="only write the table of finished runs")
     p.add_argument("--root", default=os.path.join(ROOT, "runs", "sac_fast_screen"))
@@ -86,8 +92,9 @@ def main() -> int:
                 out = os.path.join(root, task, name, f"s{seed}")
                 cmd = [
                     sys.executable, "-m", "jaxrl.cli", "train", "sac", "--env", task,
-                    "--total-steps", str(a.steps), "--eval-every", str(a.steps // 6),
-                    "--eval-episodes", "5", "--seed", str(seed), "--out", out,
+                    "--total-steps", str(a.steps),
+                    "--eval-every", str(a.eval_every or a.steps // 6),
+                    "--eval-episodes", str(a.eval_episodes), "--seed", str(seed), "--out", out,
                     "--no-progress", "--no-tensorboard", *CANDIDATES[name],
                 ]  # fmt: skip
                 if not finished(out) and not a.report:
