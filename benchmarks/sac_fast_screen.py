@@ -111,11 +111,11 @@ def main() -> int:
     if not rows:  # never overwrite a table with an empty one (runs/ is not committed)
         print("no finished runs here: the table is left as it is")
         return 0
-    write(rows, a.steps)
+    write(rows, a.steps, a.eval_episodes)
     return 0
 
 
-def write(rows: list[dict], steps: int) -> None:
+def write(rows: list[dict], steps: int, episodes: int) -> None:
     """``benchmarks/results/sac_fast_screen[_STEPS].{md,json}``: per candidate and task."""
     results = os.path.join(ROOT, "benchmarks", "results")
     name = "sac_fast_screen" + ("" if steps == DEFAULT_STEPS else f"_{steps // 1000}k")
@@ -124,8 +124,8 @@ def write(rows: list[dict], steps: int) -> None:
     lines = [
         "# Choosing sac-fast: SAC variants, short runs",
         "",
-        f"{steps:,} env steps per run; return: mean of the last two evaluations (5 episodes "
-        "each), averaged over seeds; wall: mean wall clock relative to plain SAC on the task. "
+        f"{steps:,} env steps per run; return: mean of the last two evaluations ({episodes} "
+        "episodes each), averaged over seeds; wall: mean wall clock relative to plain SAC on the task. "
         "These runs shared the 2 cores with other jobs (the 3-critic runs waited behind a full "
         "test-suite run), so the wall ratios and updates/s say little; the speed measured side "
         "by side is `benchmarks/sample_efficiency.py --speed`.",
@@ -135,8 +135,8 @@ def write(rows: list[dict], steps: int) -> None:
     ]
     for task in TASKS:
         base = [r["wall_s"] for r in rows if r["task"] == task and r["candidate"] == "sac"]
-        for name in CANDIDATES:
-            rs = [r for r in rows if r["task"] == task and r["candidate"] == name]
+        for cand in CANDIDATES:
+            rs = [r for r in rows if r["task"] == task and r["candidate"] == cand]
             if not rs:
                 continue
             per = [sum(r["last_evals"]) / len(r["last_evals"]) for r in rs]
@@ -144,7 +144,7 @@ def write(rows: list[dict], steps: int) -> None:
             ratio = f"{wall / (sum(base) / len(base)):.2f}x" if base else "-"
             ups = sum(r["updates_per_s"] for r in rs) / len(rs)
             lines.append(
-                f"| {task} | {name} | `{rs[0]['flags'] or '(defaults)'}` | {len(rs)} | "
+                f"| {task} | {cand} | `{rs[0]['flags'] or '(defaults)'}` | {len(rs)} | "
                 f"{sum(per) / len(per):,.0f} | {', '.join(f'{v:,.0f}' for v in per)} | "
                 f"{ups:.0f} | {ratio} |"
             )
