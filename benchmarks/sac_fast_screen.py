@@ -1,15 +1,16 @@
-"""How ``sac-fast`` was chosen: short runs of SAC variants on Hopper-v5 and HalfCheetah-v5.
+"""How ``sac-fast`` was chosen: runs of SAC variants on Hopper-v5 and HalfCheetah-v5.
 
 Each candidate is plain ``jaxrl train sac`` with a few fields changed: LayerNorm critics, an
 ensemble of 4 or 3 whose TD target takes the minimum of a random pair and whose actor loss takes
-the mean (RLPD), 2 critic steps per env step, and optionally the actor stepped once per env step.
-Every candidate trains ``--steps`` env steps per task and seed; the table gives the mean
-evaluation return over the last two evaluation points, the updates per second and the wall clock
-relative to plain SAC on the task (runs go one at a time).
+their mean or minimum, 2 or 4 critic steps per env step (4 on half the minibatch, at the same
+critic FLOPs), and optionally the actor stepped once per env step. Every candidate trains
+``--steps`` env steps per task and seed; the table gives the mean evaluation return over the last
+two evaluation points, the updates per second and the wall clock relative to plain SAC on the
+task, and every run's evaluation curve (a run stopped by hand keeps its curve).
 
     .venv/bin/python benchmarks/sac_fast_screen.py --nice            # resumes; writes the table
-    .venv/bin/python benchmarks/sac_fast_screen.py --nice --steps 100000 --seeds 0 1 2 \
-        --tasks Hopper-v5 --only sac ln-q2-utd3-delayed   # a longer screen, its own table
+    .venv/bin/python benchmarks/sac_fast_screen.py --nice --steps 100000 --eval-every 5000 \
+        --eval-episodes 10 --seeds 0 --tasks Hopper-v5 --only ln-q3min2-utd4-b128-delayed-pmin
 
 Short runs only rank the candidates; the 100k-step comparison is
 ``benchmarks/sample_efficiency.py``. Runs live in ``runs/sac_fast_screen/`` and resume when
@@ -52,11 +53,16 @@ TASKS = ("Hopper-v5", "HalfCheetah-v5")
 DEFAULT_STEPS = 30_000
 
 
-def last_evals(run_dir: str, n: int = 2) -> list[float]:
-    """The last ``n`` evaluation returns of a run's ``metrics.csv``."""
+def curve(run_dir: str) -> list[tuple[int, float]]:
+    """Every (step, evaluation return) of a run's ``metrics.csv``."""
     with open(os.path.join(run_dir, "metrics.csv"), newline="") as f:
         rows = [r for r in csv.DictReader(f) if r.get("eval_return")]
-    return [float(r["eval_return"]) for r in rows[-n:]]
+    return [(int(float(r["step"])), float(r["eval_return"])) for r in rows]
+
+
+def last_evals(run_dir: str, n: int = 2) -> list[float]:
+    """The last ``n`` evaluation returns of a run's ``metrics.csv``."""
+    return [v for _, v in curve(run_dir)[-n:]]
 
 
 def finished(out: str) -> bool:
@@ -75,8 +81,12 @@ def main() -> int:
     p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--only", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
-    p.add_argument("--eval-every", type=int, default=None,
-                   help="env steps between evaluations (default: a sixth of --steps)")
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        help="env steps between evaluations (default: a sixth of --steps)",
+    )
     p.add_argument("--eval-episodes", type=int, default=5)
     p.add_argument("--nice", action="store_true", help="run at the lowest CPU priority")
     p.add_argument("--report", action="store_true", help="only write the table of finished runs")
@@ -99,14 +109,15 @@ def main() -> int:
                 ]  # fmt: skip
                 if not finished(out) and not a.report:
                     subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
-                if not finished(out):
+                if not os.path.exists(os.path.join(out, "metrics.csv")):
                     continue
-                s = json.load(open(os.path.join(out, "summary.json")))
-                rows.append({
-                    "task": task, "candidate": name, "seed": seed,
-                    "flags": " ".join(CANDIDATES[name]), "last_evals": last_evals(out),
-                    "wall_s": s["wall_clock_s"], "updates_per_s": s["updates_per_s"],
-                })  # fmt: skip
+                row = {"task": task, "candidate": name, "seed": seed,
+                       "flags": " ".join(CANDIDATES[name]), "curve": curve(out)}  # fmt: skip
+                if finished(out):  # a run stopped by hand keeps its curve, in the curves table
+                    s = json.load(open(os.path.join(out, "summary.json")))
+                    row.update(last_evals=last_evals(out), wall_s=s["wall_clock_s"],
+                               updates_per_s=s["updates_per_s"])  # fmt: skip
+                rows.append(row)
                 print(rows[-1], flush=True)
     if not rows:  # never overwrite a table with an empty one (runs/ is not committed)
         print("no finished runs here: the table is left as it is")
@@ -125,18 +136,19 @@ def write(rows: list[dict], steps: int, episodes: int) -> None:
         "# Choosing sac-fast: SAC variants, short runs",
         "",
         f"{steps:,} env steps per run; return: mean of the last two evaluations ({episodes} "
-        "episodes each), averaged over seeds; wall: mean wall clock relative to plain SAC on the task. "
-        "These runs shared the 2 cores with other jobs (the 3-critic runs waited behind a full "
-        "test-suite run), so the wall ratios and updates/s say little; the speed measured side "
+        "episodes each), averaged over seeds; wall: mean wall clock relative to plain SAC on the "
+        "task. These runs shared the 2 cores with other jobs, so the wall ratios and updates/s "
+        "say little; the speed measured side "
         "by side is `benchmarks/sample_efficiency.py --speed`.",
         "",
         "| task | candidate | flags | seeds | return | per seed | updates/s | wall vs sac |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    done = [r for r in rows if "wall_s" in r]
     for task in TASKS:
-        base = [r["wall_s"] for r in rows if r["task"] == task and r["candidate"] == "sac"]
+        base = [r["wall_s"] for r in done if r["task"] == task and r["candidate"] == "sac"]
         for cand in CANDIDATES:
-            rs = [r for r in rows if r["task"] == task and r["candidate"] == cand]
+            rs = [r for r in done if r["task"] == task and r["candidate"] == cand]
             if not rs:
                 continue
             per = [sum(r["last_evals"]) / len(r["last_evals"]) for r in rs]
@@ -148,6 +160,12 @@ def write(rows: list[dict], steps: int, episodes: int) -> None:
                 f"{sum(per) / len(per):,.0f} | {', '.join(f'{v:,.0f}' for v in per)} | "
                 f"{ups:.0f} | {ratio} |"
             )
+    lines += ["", "Evaluation return at each evaluation (env steps in thousands):", "",
+              "| task | candidate | seed | curve |", "|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        stopped = "" if "wall_s" in r else f" (stopped at {r['curve'][-1][0] // 1000}k)"
+        points = ", ".join(f"{st // 1000}k: {v:,.0f}" for st, v in r["curve"])
+        lines.append(f"| {r['task']} | {r['candidate']} | {r['seed']}{stopped} | {points} |")
     with open(os.path.join(results, name + ".md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
