@@ -133,7 +133,7 @@ def write(rows: list[dict], steps: int, episodes: int) -> None:
     with open(os.path.join(results, name + ".json"), "w") as f:
         json.dump({"steps": steps, "runs": rows}, f, indent=1)
     lines = [
-        "# Choosing sac-fast: SAC variants, short runs",
+        "# Choosing sac-fast: SAC variants" + (", short runs" if steps == DEFAULT_STEPS else ""),
         "",
         f"{steps:,} env steps per run; return: mean of the last two evaluations ({episodes} "
         "episodes each), averaged over seeds; wall: mean wall clock relative to plain SAC on the "
