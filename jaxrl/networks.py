@@ -158,7 +158,8 @@ def ensemble(
 class EnsembleQ(nn.Module):
     """``num_qs`` independent Q-networks in one vmapped call; returns ``[num_qs, ...]``.
 
-    ``layer_norm_order`` and ``inits`` are ``QNetwork``'s.
+    ``layer_norm_order`` and ``inits`` are ``QNetwork``'s. Applied to the parameters of some of
+    the members (``rl.ensemble_subset``), it evaluates only those.
     """
 
     hidden_dims: Sequence[int] = (256, 256)
@@ -171,7 +172,8 @@ class EnsembleQ(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         """Q-values of every ensemble member."""
-        qs = ensemble(QNetwork, self.num_qs)(
+        # After init the member count comes from the parameters, so a subset of them applies.
+        qs = ensemble(QNetwork, self.num_qs if self.is_initializing() else None)(
             self.hidden_dims, self.layer_norm, self.activation, self.layer_norm_order, self.inits
         )
         return qs(obs, action)

@@ -69,16 +69,19 @@ def min_over_ensemble(qs: jax.Array) -> jax.Array:
     return jnp.min(qs, axis=0)
 
 
-def subsample_ensemble(key: jax.Array, qs: jax.Array, num_min: int | None) -> jax.Array:
-    """Minimum over a random subset of ``num_min`` ensemble members (REDQ / RLPD targets).
+def ensemble_subset(key: jax.Array, params: Params, num: int | None) -> Params:
+    """The parameters of ``num`` members of an ensemble, drawn without replacement.
 
-    ``num_min=None`` (or the full size) takes the minimum over all members.
+    The REDQ / RLPD target takes the minimum over a random subset of the target critics; taking
+    the subset of the parameters (as the RLPD authors do) evaluates only those members, which
+    for RLPD's 2 of 10 is a fifth of the target's cost. Every leaf of ``params`` has the member
+    axis first (``networks.ensemble``); ``num=None`` (or the full size) returns ``params``.
     """
-    chex.assert_rank(qs, 2)
-    if num_min is None or num_min >= qs.shape[0]:
-        return jnp.min(qs, axis=0)
-    idx = jax.random.choice(key, qs.shape[0], (num_min,), replace=False)
-    return jnp.min(qs[idx], axis=0)
+    size = jax.tree.leaves(params)[0].shape[0]
+    if num is None or num >= size:
+        return params
+    idx = jax.random.choice(key, size, (num,), replace=False)
+    return jax.tree.map(lambda p: p[idx], params)
 
 
 def gae_advantages(

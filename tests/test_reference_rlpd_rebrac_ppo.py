@@ -72,6 +72,24 @@ def test_rlpd_target_entropy_is_minus_half_the_action_dim():
 # ---------------------------------------------------------------------------------------- ReBRAC
 
 
+def test_rlpd_target_evaluates_only_the_random_pair_and_equals_its_minimum():
+    # The target applies the critic to the pair's parameters only; it must equal the minimum of
+    # that pair's rows of the full ensemble's output, and the pair must vary with the key.
+    agent = SAC.create(RLPDConfig(hidden_dims=(8,)), jnp.zeros(OBS_DIM), jnp.zeros(ACT_DIM), 0)
+    batch = jax.tree.map(lambda x: x[0], _sac_batches(1, batch=16))
+    full = np.asarray(agent.critic.apply_fn(agent.target_critic_params, batch.obs, batch.action))
+    assert full.shape == (10, 16)
+    pairs = set()
+    for seed in range(8):
+        params = rl.ensemble_subset(jax.random.key(seed), agent.target_critic_params, 2)
+        sub = agent.critic.apply_fn(params, batch.obs, batch.action)
+        rows = [i for i in range(10) for s in sub if np.allclose(s, full[i], atol=1e-6)]
+        assert sub.shape == (2, 16) and len(set(rows)) == 2
+        np.testing.assert_allclose(sub.min(0), full[rows].min(0), atol=1e-6)
+        pairs.add(frozenset(rows))
+    assert len(pairs) >= 3
+
+
 def test_next_actions_are_masked_at_time_limits_terminals_and_the_last_row():
     # Episodes: rows 0-1 (time limit at 1), rows 2-3 (terminal at 3), row 4 (cut by the data).
     actions = np.arange(1.0, 6.0)[:, None]

@@ -1,5 +1,3 @@
-import itertools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -77,29 +75,24 @@ QS = jnp.asarray(
 )
 
 
-def test_subsample_ensemble_none_or_full_is_min():
-    key = jax.random.key(0)
-    want = np.asarray([1.0, 1.0, 1.0, 0.0])
-    np.testing.assert_allclose(rl.subsample_ensemble(key, QS, None), want)
-    np.testing.assert_allclose(rl.subsample_ensemble(key, QS, 5), want)
-    np.testing.assert_allclose(rl.subsample_ensemble(key, QS, 7), want)
+def test_ensemble_subset_none_or_full_is_everything():
+    key, params = jax.random.key(0), {"q": QS, "w": jnp.arange(5.0)}
+    for num in (None, 5, 7):
+        assert rl.ensemble_subset(key, params, num) is params
 
 
-def test_subsample_ensemble_two_of_five():
-    qs = np.asarray(QS)
-    pair_mins = {
-        pair: np.min(qs[list(pair)], axis=0) for pair in itertools.combinations(range(5), 2)
-    }
-    fn = jax.jit(rl.subsample_ensemble, static_argnums=2)
+def test_ensemble_subset_two_of_five():
+    # Members are QS's rows; "w" holds each member's index, so both leaves must take the same
+    # members: the subset is of whole members, not of each leaf separately.
+    params = {"q": QS, "w": jnp.arange(5.0)}
+    fn = jax.jit(rl.ensemble_subset, static_argnums=2)
     seen = set()
     for seed in range(40):
-        got = np.asarray(fn(jax.random.key(seed), QS, 2))
-        assert got.shape == (4,)
-        assert np.all(got >= qs.min(axis=0))
-        # The same random subset is used for the whole batch.
-        matches = [p for p, m in pair_mins.items() if np.array_equal(got, m)]
-        assert matches, got
-        seen.update(matches)
+        got = fn(jax.random.key(seed), params, 2)
+        members = tuple(int(i) for i in np.asarray(got["w"]))
+        assert got["q"].shape == (2, 4) and len(set(members)) == 2
+        np.testing.assert_array_equal(got["q"], np.asarray(QS)[list(members)])
+        seen.add(frozenset(members))
     # Subsets really are random: with 40 draws of 10 pairs, several distinct pairs appear.
     assert len(seen) >= 5
 

@@ -145,18 +145,12 @@ class EXPO(struct.PyTreeNode):
     def target_q(self, key: jax.Array, obs: jax.Array, actions: jax.Array) -> jax.Array:
         """``min_{i in M} Q'_i(s, a)``, ``M`` a random subset of ``num_min_qs`` target critics.
 
-        Only the subset is evaluated (as the authors' ``subsample_ensemble`` of the parameters),
-        which matters when 2 of 10 critics score 16 candidates per state.
+        Only the subset is evaluated (``rl.ensemble_subset``), which matters when 2 of 10
+        critics score 16 candidates per state.
         """
-        num, size = self.config.num_min_qs, self.config.num_qs
-        if num is None or num >= size:
-            qs = self.critic.apply_fn(self.target_critic_params, obs, actions)
-            return rl.min_over_ensemble(qs.reshape(size, -1)).reshape(qs.shape[1:])
-        idx = jax.random.choice(key, size, (num,), replace=False)
-        params = jax.tree.map(lambda p: p[idx], self.target_critic_params)
-        # SAC's critic ensemble (sac.init_critic_and_temperature) with num members.
-        subset = nets.EnsembleQ(self.config.hidden_dims, num, self.config.critic_layer_norm)
-        return jnp.min(subset.apply(params, obs, actions), axis=0)
+        params = rl.ensemble_subset(key, self.target_critic_params, self.config.num_min_qs)
+        qs = self.critic.apply_fn(params, obs, actions)
+        return rl.min_over_ensemble(qs.reshape(qs.shape[0], -1)).reshape(qs.shape[1:])
 
     def otf(self, base_params: Params, obs: jax.Array, key: jax.Array) -> jax.Array:
         """The on-the-fly policy: the best of the base and edited candidates by ``target_q``.

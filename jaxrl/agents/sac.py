@@ -33,8 +33,8 @@ def soft_td_target(agent: Any, batch: Batch, key: jax.Array) -> jax.Array:
     key_pi, key_sub = jax.random.split(key)
     next_dist = agent.actor.apply_fn(agent.actor.params, batch.next_obs)
     next_actions, next_log_probs = next_dist.sample_and_log_prob(key_pi)
-    next_qs = agent.critic.apply_fn(agent.target_critic_params, batch.next_obs, next_actions)
-    next_q = rl.subsample_ensemble(key_sub, next_qs, agent.config.num_min_qs)
+    params = rl.ensemble_subset(key_sub, agent.target_critic_params, agent.config.num_min_qs)
+    next_q = rl.min_over_ensemble(agent.critic.apply_fn(params, batch.next_obs, next_actions))
     if agent.config.backup_entropy:
         next_q = next_q - agent.temp.apply_fn(agent.temp.params) * next_log_probs
     return jax.lax.stop_gradient(
