@@ -313,21 +313,22 @@ class SACFastConfig(SACConfig):
     """``sac-fast``: SAC with RLPD's critic ensemble and a higher update ratio (sample efficiency).
 
     Only defaults change: LayerNorm critics; an ensemble of 3 whose TD target takes the minimum
-    of a random pair (RLPD, Ball et al., 2023, uses 10) and whose actor loss takes their minimum,
-    as SAC's does; 4 critic steps on minibatches of 128 per env step, followed by one actor and
-    one temperature step (RLPD's schedule). That is the critic FLOPs of 2 steps on 256 rows spent
-    on twice the updates, as small-batch studies of deep RL suggest (Obando-Ceron et al., 2023).
-    Chosen by measurement (``benchmarks/sac_fast_screen.py``, tables ``sac_fast_screen*.md``):
-    in 30k-step runs, stepping the actor once per env step beat stepping it with every critic
-    step, and 3 critics cost less than 4 at about the same return. The first preset (2 steps on
-    256 rows, actor on the ensemble mean) lost to SAC on Hopper-v5 at 100k env steps (877 vs
-    2,055, seeds 0-2). On seed 0, at 100k steps, the actor on the minimum alone scored 469 at
-    60k; with 4 steps of 128 it scored 3,301 at 65k.
+    of a random pair and whose actor loss takes their mean (RLPD, Ball et al., 2023, uses 10);
+    4 critic steps on minibatches of 128 per env step, followed by one actor and one temperature
+    step (RLPD's schedule). That is the critic FLOPs of 2 steps on 256 rows spent on twice the
+    updates, as small-batch studies of deep RL suggest (Obando-Ceron et al., 2023). Unlike RLPD
+    it keeps SAC's target entropy (-action_dim). Chosen by measurement
+    (``benchmarks/sac_fast_screen.py``, tables ``sac_fast_screen*.md``): in 30k-step runs,
+    stepping the actor once per env step beat stepping it with every critic step, and 3 critics
+    cost less than 4 at about the same return. At 100k env steps on Hopper-v5 (seeds 0-2), the
+    first preset (2 steps on 256 rows, actor on the mean) scored 877 against SAC's 2,055; 4 steps
+    on 128 rows with the actor on the minimum 1,146, 1,568 and 3,265 (its evaluations swung
+    between ~800 and ~3,300 once it hopped); with the actor on the mean, 3,099, 1,732 and 3,129.
     """
 
     num_qs: int = 3
     num_min_qs: int | None = 2
-    policy_q: Literal["min", "mean"] = "min"
+    policy_q: Literal["min", "mean"] = "mean"
     critic_layer_norm: bool = True
     utd_ratio: int = 4
     batch_size: int = 128
