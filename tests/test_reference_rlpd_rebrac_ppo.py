@@ -69,9 +69,6 @@ def test_rlpd_target_entropy_is_minus_half_the_action_dim():
     assert float(make(explicit).hparams["target_entropy"]) == -1.5
 
 
-# ---------------------------------------------------------------------------------------- ReBRAC
-
-
 def test_rlpd_target_evaluates_only_the_random_pair_and_equals_its_minimum():
     # The target applies the critic to the pair's parameters only; it must equal the minimum of
     # that pair's rows of the full ensemble's output, and the pair must vary with the key.
@@ -88,6 +85,9 @@ def test_rlpd_target_evaluates_only_the_random_pair_and_equals_its_minimum():
         np.testing.assert_allclose(sub.min(0), full[rows].min(0), atol=1e-6)
         pairs.add(frozenset(rows))
     assert len(pairs) >= 3
+
+
+# ---------------------------------------------------------------------------------------- ReBRAC
 
 
 def test_next_actions_are_masked_at_time_limits_terminals_and_the_last_row():
