@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import shutil
-import tempfile
 from collections import defaultdict
 from typing import Any
 
@@ -252,24 +251,29 @@ def _dataset_rows(cells: list[dict[str, Any]]) -> list[str]:
 
 
 def _plots(cells: list[dict[str, Any]], results: str) -> list[str]:
-    """Per-task learning curves (``jaxrl plot``) and, per section, IQM across tasks."""
-    from jaxrl.analysis.curves import plot_runs
+    """Per-task learning curves, one line per cell (mean, 95% CI over seeds); per section, IQM.
+
+    The runs of a cell are its seeds by construction, so they are grouped by cell and labelled
+    ``library agent``, not by ``jaxrl plot``'s comparison of configs (which would label a line by
+    every setting in which two libraries' configs differ).
+    """
+    from jaxrl.analysis.curves import Group, learning_curve, load_run, plot_groups
 
     written = []
-    tasks: dict[tuple[str, str], list[str]] = defaultdict(list)
+    tasks: dict[tuple[str, str], list[Group]] = defaultdict(list)
     for c in cells:
-        if c["section"] != "datasets":
-            # Runs recovered without their curves (only a summary) are in the table, not here.
-            tasks[(c["section"], c["task"])] += [
-                d for d in c["dirs"] if os.path.isfile(os.path.join(d, "metrics.csv"))
-            ]
-    for (section, task), dirs in sorted(tasks.items()):
-        if not dirs:
+        if c["section"] == "datasets":
             continue
+        # Runs recovered without their curves (only a summary) are in the table, not here.
+        runs = [load_run(d) for d in c["dirs"] if os.path.isfile(os.path.join(d, "metrics.csv"))]
+        runs = [r for r in runs if r is not None]
+        if runs:
+            label = f"{c['impl']} {c['agent']}"
+            tasks[(c["section"], c["task"])].append(Group(label, {}, tuple(runs)))
+    for (section, task), groups in sorted(tasks.items()):
         png = os.path.join(results, f"suite_{section}_{task.replace(':', '-')}.png")
-        with tempfile.TemporaryDirectory() as tmp:
-            made = plot_runs(dirs, os.path.join(tmp, "curves.png"))
-            shutil.copyfile(made["png"], png)
+        curves = [learning_curve(g, n_boot=2000, seed=0) for g in groups]
+        plot_groups(groups, curves, png, task)
         written.append(png)
     for section in SECTIONS:
         png = _iqm_plot([c for c in cells if c["section"] == section], section, results)

@@ -211,6 +211,17 @@ def test_one_group_is_labelled_by_agent_and_env(tmp_path):
     assert [(g.label, len(g.runs)) for g in groups] == [("sac on Pendulum-v1", 3)]
 
 
+def test_a_seed_recorded_inside_a_settings_block_does_not_split_the_seeds(tmp_path):
+    # Peer libraries' runs record their constructor's kwargs, the seed among them, under
+    # settings; three seeds of one configuration are still one group, the others' another.
+    for seed in range(3):
+        write_run(tmp_path / f"s{seed}", seed=seed, evals=[(0, 1.0)], sbx={"seed": seed}, **A)
+        write_run(tmp_path / f"b{seed}", seed=seed, evals=[(0, 1.0)], sbx={"seed": seed}, **B)
+    groups = group_runs([load_run(p) for p in find_runs([str(tmp_path)])])
+    assert sorted(len(g.runs) for g in groups) == [3, 3]
+    assert {g.label for g in groups} == {"actor_lr=0.0003 tau=0.005", "actor_lr=0.0001 tau=0.01"}
+
+
 def test_agents_with_different_configs_are_labelled_by_agent(tmp_path):
     # Fields only one agent has (policy_noise, num_qs) do not make the label; the agent does.
     write_run(tmp_path / "sac", seed=0, evals=[(0, 1.0)], actor_lr=0.0003, num_qs=2)

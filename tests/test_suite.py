@@ -322,3 +322,40 @@ def test_the_queue_trains_a_stale_run_after_preparing_it(tmp_path):
         prepare=lambda j: prepared.append((j.name, len(lines))),
     )
     assert rc == 0 and prepared == [("old", 0)] and lines[0].startswith("start old"), lines
+
+
+def test_the_task_plots_draw_one_line_per_cell_labelled_by_library_and_agent(tmp_path, monkeypatch):
+    # A peer's configs differ from jaxrl's in many settings and record the seed inside them; the
+    # plot still draws each cell's seeds as one line named after the cell.
+    import jaxrl.analysis.curves as curves
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        from suite_report import _plots
+    finally:
+        sys.path.remove(os.path.join(ROOT, "benchmarks"))
+    cells = []
+    for impl, settings in (("jaxrl", {"lr": 3e-4}), ("sbx-rl", {"qf": [256, 256]})):
+        dirs = []
+        for seed in range(3):
+            d = tmp_path / impl / f"s{seed}"
+            d.mkdir(parents=True)
+            config = {"agent": "sac", "env": "Hopper-v5", "seed": seed,
+                      "settings": {**settings, "sbx": {"seed": seed}}}  # fmt: skip
+            (d / "config.json").write_text(json.dumps(config))
+            (d / "metrics.csv").write_text(f"step,eval_return\n5000,{seed}\n10000,{10 + seed}\n")
+            dirs.append(str(d))
+        cells.append({"section": "online", "task": "Hopper-v5", "impl": impl, "agent": "sac",
+                      "dirs": dirs, "normalized": []})  # fmt: skip
+    drawn = {}
+
+    def record(groups, lines, png, title=""):
+        drawn[title] = [
+            (g.label, len(g.runs), c.mean.tolist()) for g, c in zip(groups, lines, strict=True)
+        ]
+        return png
+
+    monkeypatch.setattr(curves, "plot_groups", record)
+    written = _plots(cells, str(tmp_path))
+    assert written == [str(tmp_path / "suite_online_Hopper-v5.png")]
+    assert drawn == {"Hopper-v5": [("jaxrl sac", 3, [1.0, 11.0]), ("sbx-rl sac", 3, [1.0, 11.0])]}

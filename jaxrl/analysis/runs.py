@@ -24,7 +24,8 @@ from jaxrl.errors import ConfigError
 from jaxrl.loops.logging import read_metrics
 
 # Config entries that differ between seeds of one configuration without changing what it trains:
-# they must not split a group. Keys are dotted paths into config.json.
+# they must not split a group. Keys are dotted paths into config.json; a nested key named ``seed``
+# (a seed recorded again inside a settings block, as the peer libraries' runs do) is one too.
 PER_RUN_KEYS = frozenset(
     {
         "seed",
@@ -164,7 +165,7 @@ def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
-        if name in PER_RUN_KEYS:
+        if name in PER_RUN_KEYS or key == "seed":
             continue
         if isinstance(value, dict):
             flat.update(_flatten(value, f"{name}."))
