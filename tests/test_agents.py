@@ -9,6 +9,7 @@ import pytest
 
 from jaxrl import registry
 from jaxrl.agents import SAC, SACConfig, TD3Config
+from jaxrl.errors import ConfigError
 from jaxrl.loops import TrainConfig
 from jaxrl.run import train
 from jaxrl.types import Transition
@@ -119,6 +120,22 @@ def test_td3_delays_actor_update_inside_the_agent():
         changed.append(not np.allclose(before, now))
         before = now
     assert changed == [False, False, True]
+
+
+def test_td3_network_init_torch_reaches_actor_critics_and_targets():
+    """``network_init='torch'`` (the authors' nn.Linear default) draws nonzero biases everywhere."""
+    xavier, authors = _create("td3", 0), _create("td3", 0, network_init="torch")
+    for params in (xavier.actor.params, xavier.critic.params):
+        assert not any(np.asarray(b).any() for b in _biases(params))
+    for params in (authors.actor.params, authors.critic.params, authors.target_critic_params):
+        assert all(np.asarray(b).any() for b in _biases(params))
+    with pytest.raises(ConfigError, match="--network-init"):
+        TD3Config(network_init="he")
+
+
+def _biases(params):
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    return [leaf for path, leaf in flat if "bias" in jax.tree_util.keystr(path)]
 
 
 def test_sac_actions_are_in_bounds_and_eval_is_deterministic():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +18,7 @@ from flax.training.train_state import TrainState
 
 from jaxrl import networks as nets
 from jaxrl import rl
-from jaxrl.config import OffPolicyFields, check_positive, check_range
+from jaxrl.config import OffPolicyFields, check_choice, check_positive, check_range
 from jaxrl.types import Batch, InfoDict, Params
 
 # ----------------------------------------------------------------------------------------- losses
@@ -156,12 +156,13 @@ class TD3(struct.PyTreeNode):
         """Initialize from a single (unbatched) observation and action; ``seed`` may be traced."""
         rng, k_actor, k_critic = jax.random.split(jax.random.key(seed), 3)
         obs, act = obs_example[None], action_example[None]
+        inits = nets.NETWORK_INITS[config.network_init]
         actor_def = nets.observing(
-            nets.DeterministicActor(action_example.shape[-1], config.hidden_dims),
+            nets.DeterministicActor(action_example.shape[-1], config.hidden_dims, inits=inits),
             config.actor_observation_size,
         )
         actor = nets.make_train_state(actor_def, k_actor, config.actor_lr, obs)
-        critic_def = nets.EnsembleQ(config.hidden_dims, config.num_qs)
+        critic_def = nets.EnsembleQ(config.hidden_dims, config.num_qs, inits=inits)
         critic = nets.make_train_state(critic_def, k_critic, config.critic_lr, obs, act)
         hparams = nets.hparam_leaves(
             config, "discount", "tau", "policy_noise", "noise_clip", "exploration_noise"
@@ -176,7 +177,12 @@ class TD3(struct.PyTreeNode):
 
 @partial(dataclasses.dataclass, frozen=True)
 class TD3Config(OffPolicyFields):
-    """TD3 hyperparameters; defaults follow the authors' reference code for MuJoCo."""
+    """TD3 hyperparameters; defaults follow the authors' reference code for MuJoCo.
+
+    One deviation: the networks start from Xavier-uniform kernels and zero biases, where the
+    authors' code keeps PyTorch's ``nn.Linear`` default (``network_init 'torch'``); jaxrl's TD3
+    results and learning test were measured with Xavier's.
+    """
 
     learning_starts: int = 25_000  # the authors' start_timesteps
     exploration_noise: float = 0.1
@@ -190,6 +196,8 @@ class TD3Config(OffPolicyFields):
     """Number of critics (the target takes their minimum)."""
     hidden_dims: tuple[int, ...] = (256, 256)
     """Hidden layer widths of actor and critics."""
+    network_init: Literal["xavier", "torch"] = "xavier"
+    """Xavier-uniform kernels and zero biases, or PyTorch nn.Linear's default (the authors')."""
     policy_noise: float = 0.2
     """Std of the target policy smoothing noise (in normalized action units)."""
     noise_clip: float = 0.5
@@ -205,3 +213,4 @@ class TD3Config(OffPolicyFields):
         check_positive(self, "actor_lr", "critic_lr", "hidden_dims", "num_qs", "policy_delay")
         for name in ("policy_noise", "noise_clip", "exploration_noise"):
             check_range(self, name, 0.0, float("inf"))
+        check_choice(self, "network_init", tuple(nets.NETWORK_INITS))
