@@ -10,7 +10,8 @@ that reads them is still to do. A run made on other files than the current ones 
 A cell is one (section, task, library, agent) with its seeds. Its figures come from each finished
 run's ``summary.json``: the final evaluation's mean return (``EVAL_EPISODES`` deterministic
 episodes), the D4RL-normalized score where the task has references (an online run archived
-before jaxrl's host loop wrote it gets it from its return), and the wall time. A cell
+before jaxrl's host loop wrote it gets it from its return), and the wall time (the table
+shows the seeds' median). A cell
 with fewer finished seeds than declared says so; nothing missing is filled in.
 """
 
@@ -219,7 +220,9 @@ def _rows(cells: list[dict[str, Any]]) -> list[str]:
             f"s{s}: {v:,.0f}" for s, v in zip(c["seeds"], c["returns"], strict=True)
         )
         ret = "not run yet" if not n else f"{c['mean']:,.1f} ± {c['std']:,.1f}"
-        wall = f"{np.mean(c['wall_s']) / 60:.0f} min" if c["wall_s"] else "-"
+        # The median: a run that shared the CPU with other work reads slow, and one such run
+        # should not speak for the cell.
+        wall = f"{np.median(c['wall_s']) / 60:.0f} min" if c["wall_s"] else "-"
         lines.append(
             f"| {c['task']} | {c['impl']} | {c['agent']} | {n}/{total} | {ret} | {per_seed or '-'}"
             f" | {_fmt(c['normalized_mean'])} | {c['budget']:,} {c['unit']} | {wall} | "
@@ -331,7 +334,9 @@ def write_report(runs: list, root: str, results: str, suite: str) -> list[str]:
         f"{_cpu()}, no GPU. Every figure comes from a run directory made by "
         "`benchmarks/suite.py`; a cell with fewer seeds than declared is incomplete, never "
         "filled in. Return: the final evaluation's mean over 10 deterministic episodes; "
-        "normalized: D4RL's score (the generated datasets' own random and expert returns). "
+        "normalized: D4RL's score (the generated datasets' own random and expert returns); "
+        "wall per run: the median over the seeds (runs of this suite often shared the CPU with "
+        "other work, so compare speeds in the side-by-side benchmarks, not here). "
         "Where a jaxrl mean falls below the peer's mean minus one std, the results page "
         "(`docs/results.md`, *Below a peer*) compares the seeds' curves and the two "
         "implementations.",
