@@ -191,7 +191,7 @@ def test_motor_strength_follows_its_range_and_leaves_position_actuators(mixed):
 def test_the_simulator_feels_the_motor_strength(core):
     """Half the strength with action a moves the pendulum exactly as full strength with a / 2."""
     key = jax.random.key(4)
-    (_, start), _ = core.reset(key)
+    (_, start), _ = jax.jit(core.reset)(key)  # op by op, an MJX reset takes ~15 s
     full = core.env.sys
     half = randomize(full, key, Ranges(**_ONLY, motor_strength=(0.5, 0.5)))
     np.testing.assert_allclose(half.actuator_gainprm[0, 0], 0.5 * full.actuator_gainprm[0, 0])
