@@ -175,11 +175,11 @@ def test_env_id_parsing_and_errors():
 
 # The adapter has no per-env code: these cover a model with contacts and a free body (ant), an
 # env that terminates early (hopper, like walker2d) and two that never terminate (reacher,
-# inverted_pendulum). Each costs 15-65 s on 2 loaded cores (Brax's eager reset when the env is
-# built, then compiling its step; humanoid, the largest, took 65 s); the ones left out add
-# nothing the adapter could get wrong. One Brax backend for all, chosen for compile and step
-# speed on CPU (the adapter does not depend on the backend; MJX is the default and is covered by
-# the CLI test).
+# inverted_pendulum). Each cost 15-65 s on 2 loaded cores when Brax's reset still ran op by op
+# as the env was built (humanoid, the largest, took 65 s); now most of it is compiling the step.
+# The ones left out add nothing the adapter could get wrong. One Brax backend for all, chosen
+# for compile and step speed on CPU (the adapter does not depend on the backend; MJX is the
+# default and is covered by the CLI test).
 ADAPTER_ENVS = ("ant", "hopper", "reacher", "inverted_pendulum")
 
 
