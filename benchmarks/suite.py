@@ -29,6 +29,7 @@ import argparse
 import dataclasses
 import fnmatch
 import os
+import platform
 import subprocess
 import sys
 import threading
@@ -71,6 +72,8 @@ class Run:
             ``{root}`` the suite's directory).
         needs: names of runs that must finish first (the datasets an offline run reads).
         marker: the file that says the run finished (``summary.json`` of a run directory).
+        environ: ``VAR=value`` settings the command runs with (through ``env``, so that the
+            command line in ``DIR.log`` is the one to rerun).
     """
 
     section: str
@@ -83,6 +86,7 @@ class Run:
     args: tuple[str, ...]
     needs: tuple[str, ...] = ()
     marker: str = "summary.json"
+    environ: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -92,7 +96,8 @@ class Run:
     def command(self, root: str) -> list[str]:
         """The full command line, with the virtualenv's python and the paths filled in."""
         out = os.path.join(root, self.name)
-        return [VENVS[self.impl][0], *(a.format(out=out, root=root) for a in self.args)]
+        program = [VENVS[self.impl][0], *(a.format(out=out, root=root) for a in self.args)]
+        return ["env", *self.environ, *program] if self.environ else program
 
 
 def _train(agent: str, env: str, seed: int, steps: int, every: int, *extra: str,
@@ -165,6 +170,22 @@ def _dataset_path(name: str) -> str:
     return os.path.join("{root}", recipe.name, f"{env[name].lower()}-{kind}.hdf5")
 
 
+PORTABLE_XLA = "--xla_cpu_max_isa=AVX2"
+"""XLA compiles CPU code for the machine's vector instructions, and the floats follow them: on
+one machine, SAC trained with ``--xla_cpu_max_isa=AVX`` takes another path from the same seed
+than with AVX2 (the default there, and bit-identical to it). The dataset recipes run with AVX2 as
+the ceiling, so that an AVX-512 CPU makes the same files as an AVX2 one and the offline runs
+finished on one machine stay valid on the next."""
+
+
+def _portable_xla() -> tuple[str, ...]:
+    """``XLA_FLAGS=...`` with ``PORTABLE_XLA`` added, on an x86 CPU whose flags do not set it."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if platform.machine().lower() not in ("x86_64", "amd64") or "xla_cpu_max_isa" in flags:
+        return ()
+    return ("XLA_FLAGS=" + " ".join(f for f in (flags, PORTABLE_XLA) if f),)
+
+
 def _dataset_run(env: str) -> Run:
     """``jaxrl dataset recipe``: a SAC expert, then the medium and medium-replay files."""
     line = (
@@ -172,7 +193,7 @@ def _dataset_run(env: str) -> Run:
         f"{EXPERT_STEPS} --dataset-steps {DATASET_STEPS} --no-progress --kinds medium medium-replay"
     )
     return Run("datasets", env, "jaxrl", "recipe", 0, EXPERT_STEPS, "expert env steps",
-               tuple(line.split()), marker="manifest.json")  # fmt: skip
+               tuple(line.split()), marker="manifest.json", environ=_portable_xla())  # fmt: skip
 
 
 # fmt: off

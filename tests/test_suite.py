@@ -200,6 +200,38 @@ def test_two_workers_children_get_their_own_cores(tmp_path):
     assert rc == 0 and (tmp_path / "c").read_text().split() == [str(c) for c in cores], lines
 
 
+def test_dataset_recipes_run_with_the_portable_xla_isa(tmp_path, monkeypatch):
+    """A recipe run's child gets ``--xla_cpu_max_isa=AVX2`` added to the caller's XLA_FLAGS on
+    an x86 CPU (its log line shows it), unless the caller chose an ISA; other runs get nothing."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import suite
+        from suite_runner import Runner
+    finally:
+        sys.path.remove(os.path.join(ROOT, "benchmarks"))
+    monkeypatch.setattr(suite.platform, "machine", lambda: "x86_64")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
+    recipe = suite._dataset_run("Hopper-v5")
+    assert recipe.environ == (
+        "XLA_FLAGS=--xla_force_host_platform_device_count=1 --xla_cpu_max_isa=AVX2",
+    )
+    assert recipe.command("/r")[:2] == ["env", recipe.environ[0]]
+    assert all(not r.environ for r in suite.full_suite() if r.section != "datasets")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX512")
+    assert suite._dataset_run("Hopper-v5").environ == ()
+    monkeypatch.setattr(suite.platform, "machine", lambda: "aarch64")
+    monkeypatch.delenv("XLA_FLAGS")
+    assert suite._dataset_run("Hopper-v5").environ == ()
+
+    code = "import os; print('flags:', os.environ['XLA_FLAGS'])"
+    run = suite.Run("datasets", "Env", "jaxrl", "recipe", 0, 1, "steps", ("-c", code),
+                    environ=("XLA_FLAGS=" + suite.PORTABLE_XLA,))  # fmt: skip
+    assert Runner(str(tmp_path), lambda _: None).execute(run) == 0
+    log = (tmp_path / (run.name + ".log")).read_text()
+    assert f"$ env XLA_FLAGS={suite.PORTABLE_XLA} " in log, log
+    assert f"flags: {suite.PORTABLE_XLA}" in log, log
+
+
 def test_a_run_on_other_dataset_files_is_not_finished(tmp_path):
     """A finished offline run counts only while the dataset it read is the current one: remade
     files with other hashes (another CPU) make it unfinished, so the cell never mixes two datasets.
