@@ -58,6 +58,9 @@ def archive_dir(results: str, suite: str) -> str:
 DATA_STAMP = "data.json"
 """Beside a finished run that reads datasets: the sha256 of the files it read (``data_stamp``)."""
 
+MACHINE = "machine.json"
+"""Beside a finished run: the CPU model and core count of the machine that finished it."""
+
 
 def data_stamp(run: Any, root: str, archive: str | None) -> dict[str, dict] | None:
     """The sha256 of every file of the datasets ``run`` reads, from its needs' manifests.
@@ -107,9 +110,11 @@ def archive_run(run: Any, root: str, archive: str) -> list[str]:
     if run.needs and (stamp := data_stamp(run, root, archive)) is not None:
         with open(os.path.join(out, DATA_STAMP), "w") as f:
             json.dump(stamp, f, indent=1)
+    with open(os.path.join(out, MACHINE), "w") as f:
+        json.dump({"cpu": _cpu(), "cores": os.cpu_count()}, f)
     manifest = read_json(os.path.join(out, "manifest.json")) or {}
     expert = os.path.join(manifest.get("expert_run", ""), "summary.json")
-    names = ("summary.json", "config.json", "manifest.json", DATA_STAMP, expert)
+    names = ("summary.json", "config.json", "manifest.json", DATA_STAMP, MACHINE, expert)
     written = []
     for name in (n for n in names if os.path.isfile(os.path.join(out, n))):
         os.makedirs(os.path.dirname(os.path.join(dest, name)), exist_ok=True)
@@ -158,6 +163,7 @@ def collect(runs: list, root: str, archive: str) -> list[dict[str, Any]]:
                 "normalized": [],
                 "wall_s": [],
                 "dirs": [],
+                "machines": [],
                 "missing": [],
             },
         )
@@ -168,6 +174,7 @@ def collect(runs: list, root: str, archive: str) -> list[dict[str, Any]]:
         summary = read_json(os.path.join(out, r.marker)) or {}
         cell["seeds"].append(r.seed)
         cell["dirs"].append(out)
+        cell["machines"].append((read_json(os.path.join(out, MACHINE)) or {}).get("cpu"))
         if r.section == "datasets":  # the recipe's manifest; its time is the expert run's
             cell["manifest"] = summary
             expert = read_json(os.path.join(out, summary.get("expert_run", ""), "summary.json"))
@@ -317,6 +324,18 @@ def _iqm_plot(cells: list[dict[str, Any]], section: str, results: str) -> str | 
     return png
 
 
+def _machines(cells: list[dict[str, Any]]) -> str:
+    """Which CPUs finished the runs, with how many each (``machine.json`` beside each run)."""
+    counts: dict[str, int] = defaultdict(int)
+    for c in cells:
+        for cpu in c["machines"]:
+            counts[cpu or "not recorded"] += 1
+    if not counts:
+        return f"Machine: {_cpu()}"
+    mix = ", ".join(f"{cpu} ({n} runs)" for cpu, n in sorted(counts.items(), key=lambda x: -x[1]))
+    return f"Machines that finished the runs: {mix}"
+
+
 def write_report(runs: list, root: str, results: str, suite: str) -> list[str]:
     """Write ``suite.md``, ``suite.json`` and the plots into ``results``; return their paths."""
     cells = collect(runs, root, archive_dir(results, suite))
@@ -330,8 +349,8 @@ def write_report(runs: list, root: str, results: str, suite: str) -> list[str]:
         "# Results: jaxrl beside the peer libraries",
         "",
         f"{done} of {total} runs finished ({hours:.1f} wall-clock hours so far on "
-        f"{os.cpu_count()} CPU cores, {hours * (os.cpu_count() or 1):.1f} CPU-hours). Machine: "
-        f"{_cpu()}, no GPU. Every figure comes from a run directory made by "
+        f"{os.cpu_count()} CPU cores, {hours * (os.cpu_count() or 1):.1f} CPU-hours). "
+        f"{_machines(cells)}, no GPU. Every figure comes from a run directory made by "
         "`benchmarks/suite.py`; a cell with fewer seeds than declared is incomplete, never "
         "filled in. Return: the final evaluation's mean over 10 deterministic episodes; "
         "normalized: D4RL's score (the generated datasets' own random and expert returns); "
