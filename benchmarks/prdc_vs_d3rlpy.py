@@ -26,9 +26,9 @@ import os
 import sys
 
 import numpy as np
-from suite import EVAL_EPISODES, ROOT, Run, _commit, _last_step, _peer, _train
-from suite_report import read_json
+from suite import EVAL_EPISODES, ROOT, Run, _commit, _peer, _train
 from suite_runner import Runner, run_queue
+from suite_state import last_step, read_json
 
 from jaxrl.loops.config import run_dir_in_use
 from jaxrl.loops.logging import read_metrics
@@ -72,7 +72,7 @@ def state(run: Run, root: str) -> tuple[str, str]:
         return "done", ""
     if os.path.isdir(out) and run_dir_in_use(out):
         return "running", "another process trains it"
-    return ("partial", f"at step {_last_step(out)}") if os.path.isdir(out) else ("pending", "")
+    return ("partial", f"at step {last_step(out)}") if os.path.isdir(out) else ("pending", "")
 
 
 def _curve(out: str) -> list[tuple[int, float]]:
@@ -107,7 +107,7 @@ def section(runs: list[Run], root: str, a: argparse.Namespace) -> list[str]:
         for run in (r for r in runs if r.impl == impl):
             summary = read_json(os.path.join(root, run.name, "summary.json"))
             if summary is None:
-                cells.append(f"(at {_last_step(os.path.join(root, run.name)):,})")
+                cells.append(f"(at {last_step(os.path.join(root, run.name)):,})")
                 continue
             finals.setdefault(impl, []).append(summary["final_eval_return_mean"])
             cells.append(f"{summary['final_eval_return_mean']:,.0f}")

@@ -34,7 +34,7 @@ import sys
 
 import numpy as np
 from suite import ROOT, full_suite  # benchmarks/ is on sys.path as a script
-from suite_report import _cpu, archive_dir, finished_dir
+from suite_state import archive_dir, cpu_model, finished_dir
 
 TASKS = ("HalfCheetah-v5", "Hopper-v5")
 ROWS = (("jaxrl", "sac"), ("sbx-rl", "sac"), ("jaxrl", "crossq"), ("sbx-rl", "crossq"),
@@ -263,7 +263,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             rows = speed(tmp, a.rounds)
         with open(speed_json, "w") as f:
-            json.dump({"cpu": _cpu(), "rows": rows}, f, indent=1)
+            json.dump({"cpu": cpu_model(), "rows": rows}, f, indent=1)
     measured = json.load(open(speed_json)) if os.path.exists(speed_json) else None
     pend_json = os.path.join(a.results, "sample_efficiency_pendulum.json")
     if a.pendulum:

@@ -37,20 +37,21 @@ import time
 from collections.abc import Callable
 
 # benchmarks/ is on sys.path as a script
-from suite_report import archive_dir, archive_run, finished_dir, read_json, write_report
+from suite_report import write_report
 from suite_runner import Runner, run_queue
-from suite_settings import retire, settings_changes
+from suite_settings import retire
+from suite_state import (
+    ROOT,
+    VENVS,
+    archive_dir,
+    archive_run,
+    finished,
+    finished_dir,
+    read_json,
+    state,
+)
 
-from jaxrl.loops.config import run_dir_in_use
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = os.path.join(ROOT, "benchmarks", "peers")
-VENVS = {  # impl -> python of the virtualenv that runs it (and the make target that creates it)
-    "jaxrl": (sys.executable, "make install"),
-    "sbx-rl": (os.path.join(ROOT, ".venv-peers", "bin", "python"), "make peers"),
-    "d3rlpy": (os.path.join(ROOT, ".venv-peers", "bin", "python"), "make peers"),
-    "brax.training": (os.path.join(ROOT, ".venv-brax", "bin", "python"), "make peers-brax"),
-}
 SEEDS = (0, 1, 2)
 EVAL_EPISODES = 10
 
@@ -174,8 +175,9 @@ PORTABLE_XLA = "--xla_cpu_max_isa=AVX2"
 """XLA compiles CPU code for the machine's vector instructions, and the floats follow them: on
 one machine, SAC trained with ``--xla_cpu_max_isa=AVX`` takes another path from the same seed
 than with AVX2 (the default there, and bit-identical to it). The dataset recipes run with AVX2 as
-the ceiling, so that an AVX-512 CPU makes the same files as an AVX2 one and the offline runs
-finished on one machine stay valid on the next."""
+the ceiling, so that the AVX2 machines of one kind make the same files from one session to the
+next. It is not enough across CPU makers (an Intel Xeon with AVX-512 made other Hopper-v5 files
+than two AMD EPYCs did): the archived files stay the dataset of record (``suite_state``)."""
 
 
 def _portable_xla() -> tuple[str, ...]:
@@ -269,56 +271,6 @@ def smoke_suite() -> list[Run]:
 SUITES: dict[str, Callable[[], list[Run]]] = {"full": full_suite, "smoke": smoke_suite}
 
 
-def state(run: Run, root: str, done: set[str], archive: str) -> tuple[str, str]:
-    """``(state, detail)``: done, stale, running, partial, blocked, no-venv or pending.
-
-    Stale: made with other agent settings or dataset files than today's; it trains again from
-    the start after ``retire`` moved the old run aside.
-    """
-    out = os.path.join(root, run.name)
-    found = finished_dir(run, root, archive)
-    if found is not None:
-        summary = read_json(os.path.join(found, run.marker)) or {}
-        where = "" if found == out else " (archived)"
-        added = settings_changes(run, found)[1]
-        new = f"; fields added since: {', '.join(added)}" if added else ""
-        return "done", f"{summary.get('wall_clock_s') or 0.0:.0f} s{where}{new}"
-    if missing := [n for n in run.needs if n not in done]:
-        return "blocked", "needs " + ", ".join(missing)
-    for base in (b for b in (root, archive) if not (b == root and run_dir_in_use(out))):
-        if changed := settings_changes(run, os.path.join(base, run.name))[0]:
-            return "stale", "settings changed since it ran: " + "; ".join(changed)
-        marker = read_json(os.path.join(base, run.name, run.marker))
-        if marker and marker.get("completed", True):  # so finished_dir refused its data
-            return "stale", "finished on other (or unrecorded) dataset files than today's"
-    if not os.path.exists(VENVS[run.impl][0]):
-        return "no-venv", f"needs `{VENVS[run.impl][1]}`"
-    if not os.path.isdir(out):
-        return "pending", ""
-    if run_dir_in_use(out):
-        return "running", f"another process trains it, at step {_last_step(out)} of {run.budget}"
-    return "partial", f"at step {_last_step(out)} of {run.budget}"
-
-
-def _last_step(out: str) -> int:
-    try:
-        with open(os.path.join(out, "metrics.csv")) as f:
-            rows = f.read().splitlines()
-        col = rows[0].split(",").index("step")
-        return max(int(float(r.split(",")[col])) for r in rows[1:] if r)
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def finished(runs: list[Run], root: str, archive: str) -> set[str]:
-    """Names of the runs whose directories (or archives) hold a completed ``summary.json``."""
-    done: set[str] = set()
-    for run in runs:  # in order, so that a run's needs are settled before it
-        if state(run, root, done, archive)[0] == "done":
-            done.add(run.name)
-    return done
-
-
 def _commit(paths: list[str], message: str) -> None:
     subprocess.run(["git", "add", "--", *paths], cwd=ROOT, check=False)
     subprocess.run(["git", "commit", "-q", "-m", message, "--", *paths], cwd=ROOT, check=False)
@@ -387,7 +339,12 @@ def main(argv: list[str] | None = None) -> int:
             before = read_json(os.path.join(archive, run.name, "manifest.json"))
             after = read_json(os.path.join(root, run.name, "manifest.json"))
             if before and after and before.get("files") != after.get("files"):
-                log(f"{run.name}: remade files differ from the archived ones (other CPU?)")
+                # Kept out of the archive: the archived files stay the dataset of record, and
+                # the runs that read this dataset wait for a machine that remakes them.
+                log(f"{run.name}: remade files differ from the archived ones (another kind of "
+                    "CPU); the archived dataset stays the one of record, and the runs that read "
+                    "it are left for a machine that remakes those files")  # fmt: skip
+                return False
             if finished_dir(run, root, None) is None:
                 log(f"failed {run.name} (exit {rc}); see {os.path.join(root, run.name)}.log")
                 return False

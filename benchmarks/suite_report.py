@@ -1,11 +1,6 @@
 """Tables and plots of the results suite (``benchmarks/suite.py``), from its run directories.
 
-A finished run is also archived under ``results/suite_runs/NAME/``: its ``summary.json``,
-``config.json`` and the evaluation rows of ``metrics.csv`` (a dataset recipe: its manifest and the
-expert's summary; a run that reads datasets: the hashes of the files it read, ``data.json``).
-The archive is committed, so a fresh checkout (where ``runs/`` is empty) still knows which runs
-are finished and still draws the table and the curves; only the datasets are remade, when a run
-that reads them is still to do. A run made on other files than the current ones is not finished.
+Which runs are finished, and the archive of finished runs, are ``suite_state.py``'s.
 
 A cell is one (section, task, library, agent) with its seeds. Its figures come from each finished
 run's ``summary.json``: the final evaluation's mean return (``EVAL_EPISODES`` deterministic
@@ -17,16 +12,13 @@ with fewer finished seeds than declared says so; nothing missing is filled in.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
-import platform
-import shutil
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
-from suite_settings import settings_changes
+from suite_state import MACHINE, archive_dir, cpu_model, finished_dir, read_json
 
 from jaxrl.data import normalized_score, reference_returns
 
@@ -39,109 +31,6 @@ SECTIONS = {
     "planners": "Planners",
 }
 PEER_CHECK = "jaxrl mean >= peer mean - peer std"
-
-
-def read_json(path: str) -> dict | None:
-    """The JSON file at ``path``, or None when it is missing or unreadable."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def archive_dir(results: str, suite: str) -> str:
-    """Where the finished runs of ``suite`` are archived (committed beside its table)."""
-    return os.path.join(results, "suite_runs" if suite == "full" else f"suite_{suite}_runs")
-
-
-DATA_STAMP = "data.json"
-"""Beside a finished run that reads datasets: the sha256 of the files it read (``data_stamp``)."""
-
-MACHINE = "machine.json"
-"""Beside a finished run: the CPU model and core count of the machine that finished it."""
-
-
-def data_stamp(run: Any, root: str, archive: str | None) -> dict[str, dict] | None:
-    """The sha256 of every file of the datasets ``run`` reads, from its needs' manifests.
-
-    ``{need: {kind: sha256}}``, read from this checkout's dataset run (the files the run reads)
-    or else its archive; None when a need has no manifest yet. A run without needs: ``{}``.
-    """
-    stamp = {}
-    for need in run.needs:
-        bases = (b for b in (root, archive) if b is not None)
-        manifest = next(
-            (m for b in bases if (m := read_json(os.path.join(b, need, "manifest.json")))), None
-        )
-        if manifest is None:
-            return None
-        stamp[need] = {k: f.get("sha256") for k, f in sorted(manifest.get("files", {}).items())}
-    return stamp
-
-
-def finished_dir(run: Any, root: str, archive: str | None) -> str | None:
-    """The directory holding ``run``'s finished marker: its run directory, else its archive.
-
-    A run that reads datasets counts only if it read the current ones: the ``DATA_STAMP`` beside
-    its marker equals ``data_stamp`` now. Remade datasets whose files differ (another CPU) make
-    the runs on the old files unfinished, so they run again rather than mix two datasets in one
-    cell. A run directory of this checkout without a stamp read this checkout's files. A run whose
-    agent settings differ from today's (``suite_settings.settings_changes``) is not finished.
-    """
-    current = data_stamp(run, root, archive) if run.needs else {}
-    for base in (b for b in (root, archive) if b is not None):
-        summary = read_json(os.path.join(base, run.name, run.marker))
-        if summary is None or not summary.get("completed", True):
-            continue
-        if settings_changes(run, os.path.join(base, run.name))[0]:
-            continue  # made with other agent settings than the command resolves to today
-        recorded = read_json(os.path.join(base, run.name, DATA_STAMP))
-        if recorded is None and base == root:
-            recorded = current
-        if not run.needs or (current is not None and recorded == current):
-            return os.path.join(base, run.name)
-    return None
-
-
-def archive_run(run: Any, root: str, archive: str) -> list[str]:
-    """Copy a finished run's small files into the archive; return the paths written."""
-    out, dest = os.path.join(root, run.name), os.path.join(archive, run.name)
-    if run.needs and (stamp := data_stamp(run, root, archive)) is not None:
-        with open(os.path.join(out, DATA_STAMP), "w") as f:
-            json.dump(stamp, f, indent=1)
-    with open(os.path.join(out, MACHINE), "w") as f:
-        json.dump({"cpu": _cpu(), "cores": os.cpu_count()}, f)
-    manifest = read_json(os.path.join(out, "manifest.json")) or {}
-    expert = os.path.join(manifest.get("expert_run", ""), "summary.json")
-    names = ("summary.json", "config.json", "manifest.json", DATA_STAMP, MACHINE, expert)
-    written = []
-    for name in (n for n in names if os.path.isfile(os.path.join(out, n))):
-        os.makedirs(os.path.dirname(os.path.join(dest, name)), exist_ok=True)
-        shutil.copyfile(os.path.join(out, name), os.path.join(dest, name))
-        written.append(os.path.join(dest, name))
-    if os.path.isfile(os.path.join(out, "metrics.csv")):  # the evaluation rows only: small
-        with open(os.path.join(out, "metrics.csv"), newline="") as f:
-            rows = list(csv.DictReader(f))
-        if rows:
-            cols = list(rows[0])
-            with open(os.path.join(dest, "metrics.csv"), "w", newline="") as f:
-                w = csv.DictWriter(f, cols, extrasaction="ignore")
-                w.writeheader()
-                w.writerows(r for r in rows if r.get("eval_return"))
-            written.append(os.path.join(dest, "metrics.csv"))
-    return written
-
-
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def collect(runs: list, root: str, archive: str) -> list[dict[str, Any]]:
@@ -331,7 +220,7 @@ def _machines(cells: list[dict[str, Any]]) -> str:
         for cpu in c["machines"]:
             counts[cpu or "not recorded"] += 1
     if not counts:
-        return f"Machine: {_cpu()}"
+        return f"Machine: {cpu_model()}"
     mix = ", ".join(f"{cpu} ({n} runs)" for cpu, n in sorted(counts.items(), key=lambda x: -x[1]))
     return f"Machines that finished the runs: {mix}"
 
@@ -390,6 +279,6 @@ def write_report(runs: list, root: str, results: str, suite: str) -> list[str]:
         f.write("\n".join(lines))
     os.replace(md + ".tmp", md)
     with open(js + ".tmp", "w") as f:
-        json.dump({"cpu": _cpu(), "cores": os.cpu_count(), "cells": cells}, f, indent=1)
+        json.dump({"cpu": cpu_model(), "cores": os.cpu_count(), "cells": cells}, f, indent=1)
     os.replace(js + ".tmp", js)
     return [md, js, *plots]

@@ -101,7 +101,7 @@ def run_queue(
 
     Args:
         chosen: the runs, in the order they are taken.
-        state: ``run -> (state, detail)`` (``suite.state``; "pending", "partial" and "stale"
+        state: ``run -> (state, detail)`` (``suite_state.state``; "pending", "partial" and "stale"
             are run).
         remake: ``run -> the runs to redo here first`` (its archived-only dataset recipe).
         finish: called after each command with its exit code; True when the run finished

@@ -235,19 +235,23 @@ def test_dataset_recipes_run_with_the_portable_xla_isa(tmp_path, monkeypatch):
     assert f"flags: {suite.PORTABLE_XLA}" in log, log
 
 
-def test_a_run_on_other_dataset_files_is_not_finished(tmp_path):
-    """A finished offline run counts only while the dataset it read is the current one: remade
-    files with other hashes (another CPU) make it unfinished, so the cell never mixes two datasets.
-    """
+def test_a_dataset_remade_with_other_files_blocks_its_runs_and_keeps_the_archived_ones(tmp_path):
+    """The archived dataset is the one of record: remade here with other hashes (another kind of
+    CPU), its finished runs stay finished and the unfinished ones are blocked, so a cell never
+    mixes two datasets. Retiring the dataset makes new files the ones of record."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     try:
         from suite import Run, state
-        from suite_report import DATA_STAMP, archive_run, finished_dir
+        from suite_settings import retire
+        from suite_state import DATA_STAMP, archive_run, data_stamp, finished_dir
     finally:
         sys.path.remove(os.path.join(ROOT, "benchmarks"))
     root, archive = str(tmp_path / "runs"), str(tmp_path / "archive")
     data = Run("datasets", "Env", "jaxrl", "recipe", 0, 1, "steps", (), marker="manifest.json")
-    run = Run("offline", "env-medium", "jaxrl", "bc", 0, 1, "steps", (), needs=(data.name,))
+    run, other = (
+        Run("offline", "env-medium", "jaxrl", agent, 0, 1, "steps", (), needs=(data.name,))
+        for agent in ("bc", "iql")
+    )
 
     def write(base, name, file, content):
         os.makedirs(os.path.join(base, name), exist_ok=True)
@@ -266,14 +270,30 @@ def test_a_run_on_other_dataset_files_is_not_finished(tmp_path):
     write(archive, data.name, "manifest.json", manifest)
     shutil.rmtree(root)
     assert finished_dir(run, root, archive) == os.path.join(archive, run.name)
-    # The dataset is remade here with other files: the archived run is on the old ones.
-    manifest["files"]["medium"]["sha256"] = "ccc"
-    write(root, data.name, "manifest.json", manifest)
-    assert finished_dir(run, root, archive) is None
-    # An archived run without a stamp (its files unknown) is not finished either.
+    assert state(other, root, {data.name}, archive)[0] == "pending"
+    # Remade here with other files: the archived dataset and the run on it stay of record; the
+    # runs still to do wait for a machine that remakes the archived files.
+    write(root, data.name, "manifest.json", {"files": {"medium": {"sha256": "ccc"}}})
+    assert finished_dir(data, root, archive) == os.path.join(archive, data.name)
+    assert finished_dir(run, root, archive) == os.path.join(archive, run.name)
+    assert data_stamp(other, root, archive) == {
+        data.name: {"medium": "aaa", "medium-replay": "bbb"}
+    }
+    st, detail = state(other, root, {data.name}, archive)
+    assert st == "blocked" and "other files than the archived ones" in detail, (st, detail)
+    write(root, other.name, "summary.json", {"completed": True})  # trained here on them anyway
+    assert finished_dir(other, root, archive) is None
+    shutil.rmtree(os.path.join(root, other.name))
+    # An archived run without a stamp (its files unknown) is not finished.
     os.remove(os.path.join(archive, run.name, DATA_STAMP))
-    write(archive, data.name, "manifest.json", manifest)
     assert finished_dir(run, root, archive) is None
+    st, detail = state(run, root, {data.name}, archive)
+    assert st == "blocked", (st, detail)  # not on this machine's files either
+    # The dataset retired on purpose: the files remade next are the ones of record.
+    retire(data, root, archive)
+    write(root, data.name, "manifest.json", {"files": {"medium": {"sha256": "ccc"}}})
+    assert finished_dir(data, root, archive) == os.path.join(root, data.name)
+    assert state(other, root, {data.name}, archive)[0] == "pending"
     st, detail = state(run, root, {data.name}, archive)  # so the suite retires it and reruns
     assert st == "stale" and "dataset files" in detail, (st, detail)
 
@@ -308,8 +328,8 @@ def test_a_run_made_with_other_agent_settings_is_stale_and_retired_not_deleted(t
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     try:
         import suite
-        from suite_report import finished_dir
         from suite_settings import _resolved
+        from suite_state import finished_dir
     finally:
         sys.path.remove(os.path.join(ROOT, "benchmarks"))
     root, results = tmp_path / "runs", tmp_path / "results"
