@@ -221,7 +221,8 @@ def _machines(cells: list[dict[str, Any]]) -> str:
             counts[cpu or "not recorded"] += 1
     if not counts:
         return f"Machine: {cpu_model()}"
-    mix = ", ".join(f"{cpu} ({n} runs)" for cpu, n in sorted(counts.items(), key=lambda x: -x[1]))
+    ranked = sorted(counts.items(), key=lambda x: -x[1])
+    mix = ", ".join(f"{cpu} ({n} run{'s' * (n != 1)})" for cpu, n in ranked)
     return f"Machines that finished the runs: {mix}"
 
 
