@@ -47,7 +47,7 @@ from suite_state import (
     archive_run,
     finished,
     finished_dir,
-    read_json,
+    foreign_data,
     state,
 )
 
@@ -336,9 +336,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def finish(run: Run, rc: int) -> bool:
         with report:
-            before = read_json(os.path.join(archive, run.name, "manifest.json"))
-            after = read_json(os.path.join(root, run.name, "manifest.json"))
-            if before and after and before.get("files") != after.get("files"):
+            if foreign_data((run.name,), root, archive):
                 # Kept out of the archive: the archived files stay the dataset of record, and
                 # the runs that read this dataset wait for a machine that remakes them.
                 log(f"{run.name}: remade files differ from the archived ones (another kind of "

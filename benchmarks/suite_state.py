@@ -121,7 +121,7 @@ def finished_dir(run: Any, root: str, archive: str | None) -> str | None:
             continue  # a dataset remade here with other files: the archived one is of record
         recorded = read_json(os.path.join(base, run.name, DATA_STAMP))
         if recorded is None and base == root:
-            recorded = {n: _stamp_at(root, n) for n in run.needs}
+            recorded = data_stamp(run, root, None)
         if not run.needs or (current is not None and recorded == current):
             return os.path.join(base, run.name)
     return None
