@@ -48,6 +48,7 @@ from suite_state import (
     finished,
     finished_dir,
     foreign_data,
+    retire_run,
     state,
 )
 
@@ -307,10 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.retire:
         if not a.only:
             p.error("--retire needs --only PATTERN (the runs to train again)")
+        written = []
         for r in chosen:
-            moved = retire(r, root, archive, _commit if a.commit else None)
+            moved, adopted = retire_run(r, root, archive, _commit if a.commit else None)
+            written += adopted
             print(f"{r.name}: " + (", ".join(moved) or "nothing to move"))
-        written = write_report(runs, root, a.results, a.suite)
+        written += write_report(runs, root, a.results, a.suite)
         if a.commit:
             _commit(written, f"benchmarks/results/suite: tables without {len(chosen)} retired runs")
         return 0

@@ -69,18 +69,23 @@ def settings_changes(run: Any, run_dir: str) -> tuple[list[str], list[str]]:
 
 
 def retire(
-    run: Any, root: str, archive: str | None, commit: Callable[[list[str], str], None] | None = None
+    run: Any,
+    root: str,
+    archive: str | None,
+    commit: Callable[[list[str], str], None] | None = None,
+    keep_run_dir: bool = False,
 ) -> list[str]:
     """Move ``run``'s run directory (and log) and its archive aside; return where they went.
 
     The run directory goes to ``root/retired/NAME-STAMP``; the archive (committed results) to
     ``ARCHIVE_retired/NAME-STAMP`` beside the archive, so that git keeps both until a person
-    deletes them. ``commit(paths, message)``, when given, commits the archive's move (the run
-    directories under ``root`` are not in git).
+    deletes them. ``keep_run_dir`` moves the archive alone (a dataset remade here with other
+    files, which then become the ones of record). ``commit(paths, message)``, when given,
+    commits the archive's move (the run directories under ``root`` are not in git).
     """
     stamp = time.strftime("%Y%m%d-%H%M%S")
     moved = []
-    places = [(os.path.join(root, run.name), os.path.join(root, RETIRED))]
+    places = [] if keep_run_dir else [(os.path.join(root, run.name), os.path.join(root, RETIRED))]
     if archive is not None:
         places.append((os.path.join(archive, run.name), archive.rstrip(os.sep) + "_retired"))
     for src, dest_root in places:

@@ -20,10 +20,11 @@ import os
 import platform
 import shutil
 import sys
+from collections.abc import Callable
 from typing import Any
 
 # benchmarks/ is on sys.path as a script
-from suite_settings import settings_changes
+from suite_settings import retire, settings_changes
 
 from jaxrl.loops.config import run_dir_in_use
 
@@ -154,6 +155,23 @@ def archive_run(run: Any, root: str, archive: str) -> list[str]:
                 w.writerows(r for r in rows if r.get("eval_return"))
             written.append(os.path.join(dest, "metrics.csv"))
     return written
+
+
+def retire_run(
+    run: Any, root: str, archive: str, commit: Callable[[list[str], str], None] | None = None
+) -> tuple[list[str], list[str]]:
+    """Retire ``run`` by hand (``--retire``): ``(where things went, archive files written)``.
+
+    A dataset this machine remade with other files than the archived ones is adopted: its
+    archive moves aside and the files here become the ones of record (archived now, so the
+    recipe is not made once more); the runs made on the old files then go stale and run again.
+    """
+    adopt = bool(foreign_data((run.name,), root, archive))
+    moved = retire(run, root, archive, commit, keep_run_dir=adopt)
+    if not adopt:
+        return moved, []
+    kept = f"{os.path.join(root, run.name)} kept: its files are now the ones of record"
+    return [*moved, kept], archive_run(run, root, archive)
 
 
 def cpu_model() -> str:

@@ -242,8 +242,7 @@ def test_a_dataset_remade_with_other_files_blocks_its_runs_and_keeps_the_archive
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     try:
         from suite import Run, state
-        from suite_settings import retire
-        from suite_state import DATA_STAMP, archive_run, data_stamp, finished_dir
+        from suite_state import DATA_STAMP, archive_run, data_stamp, finished_dir, retire_run
     finally:
         sys.path.remove(os.path.join(ROOT, "benchmarks"))
     root, archive = str(tmp_path / "runs"), str(tmp_path / "archive")
@@ -289,13 +288,21 @@ def test_a_dataset_remade_with_other_files_blocks_its_runs_and_keeps_the_archive
     assert finished_dir(run, root, archive) is None
     st, detail = state(run, root, {data.name}, archive)
     assert st == "blocked", (st, detail)  # not on this machine's files either
-    # The dataset retired on purpose: the files remade next are the ones of record.
-    retire(data, root, archive)
-    write(root, data.name, "manifest.json", {"files": {"medium": {"sha256": "ccc"}}})
+    # The dataset retired on purpose: the files this machine remade become the ones of record,
+    # archived at once (not made again); the old archive is kept aside.
+    moved, written = retire_run(data, root, archive)
+    assert os.path.join(archive, data.name, "manifest.json") in written, written
+    assert [m for m in moved if "_retired" in m], moved
+    with open(os.path.join(archive, data.name, "manifest.json")) as f:
+        assert json.load(f)["files"] == {"medium": {"sha256": "ccc"}}
     assert finished_dir(data, root, archive) == os.path.join(root, data.name)
     assert state(other, root, {data.name}, archive)[0] == "pending"
     st, detail = state(run, root, {data.name}, archive)  # so the suite retires it and reruns
     assert st == "stale" and "dataset files" in detail, (st, detail)
+    # Retired again with nothing remade here: the run directory and archive both move aside.
+    moved, written = retire_run(data, root, archive)
+    assert written == [] and len(moved) == 2, (moved, written)
+    assert finished_dir(data, root, archive) is None
 
 
 def test_a_peer_run_directory_is_locked_as_a_jaxrl_one(tmp_path):
