@@ -45,8 +45,10 @@ from suite_state import (
     VENVS,
     archive_dir,
     archive_run,
+    archived,
     finished,
     finished_dir,
+    follow_record,
     foreign_data,
     retire_run,
     state,
@@ -350,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"failed {run.name} (exit {rc}); see {os.path.join(root, run.name)}.log")
                 return False
             done.add(run.name)
+            if archived(run, archive):  # a dataset remade: the archive stays as it is
+                log(f"{run.name}: remade, the same files as the archived ones")
+                return True
             written = archive_run(run, root, archive)
             written += write_report(runs, root, a.results, a.suite)
             if a.commit:
@@ -360,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         if state(run, root, done, archive)[0] == "stale":  # its old run goes aside, kept
             moved = retire(run, root, archive, _commit if a.commit else None)
             log(f"retired {run.name} (stale): " + ", ".join(moved))
+        follow_record(run, root, archive)
 
     runner = Runner(root, log)
     rc = run_queue(chosen, lambda r: state(r, root, done, archive), remake, finish, runner,

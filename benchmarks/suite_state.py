@@ -27,6 +27,7 @@ from typing import Any
 from suite_settings import retire, settings_changes
 
 from jaxrl.loops.config import run_dir_in_use
+from jaxrl.run.recipe_files import place_record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENVS = {  # impl -> python of the virtualenv that runs it (and the make target that creates it)
@@ -155,6 +156,25 @@ def archive_run(run: Any, root: str, archive: str) -> list[str]:
                 w.writerows(r for r in rows if r.get("eval_return"))
             written.append(os.path.join(dest, "metrics.csv"))
     return written
+
+
+def archived(run: Any, archive: str) -> bool:
+    """True when ``run``'s finished marker is archived: run here only to remake its files."""
+    return read_json(os.path.join(archive, run.name, run.marker)) is not None
+
+
+def follow_record(run: Any, root: str, archive: str) -> bool:
+    """Put an archived dataset's manifest in its run directory as ``record.json``.
+
+    Before the recipe remakes archived files: it then trains its expert only as far as the
+    files need, and takes the record's returns once its evaluations match the record's
+    (``jaxrl.run.recipe_files``). True when a record was placed.
+    """
+    record = os.path.join(archive, run.name, "manifest.json")
+    if run.marker != "manifest.json" or not os.path.isfile(record):
+        return False
+    place_record(record, os.path.join(root, run.name))
+    return True
 
 
 def retire_run(

@@ -18,6 +18,7 @@ from jaxrl.agents import SACConfig
 from jaxrl.cli import main
 from jaxrl.data import load_dataset
 from jaxrl.run.recipe import EXPERT_DIR, d4rl_recipe, eval_curve, expert_point, medium_point
+from jaxrl.run.recipe_files import RECORD_FILE, place_record
 
 ENV = "InvertedPendulum-v5"  # MuJoCo: a checkpoint holds the simulator state (exact resume)
 STEPS = 400
@@ -149,6 +150,46 @@ def test_rerun_trains_nothing_and_keeps_finished_files(made):
     os.remove(expert)
     assert _recipe(out) == manifest and _sha256(expert) == manifest["files"]["expert"]["sha256"]
     assert all(os.stat(p).st_mtime_ns == before[p] for p in watched if p != expert)
+
+
+def test_a_recipe_following_its_record_trains_only_to_the_medium_point(made, tmp_path, capsys):
+    out, manifest = made
+    follow = str(tmp_path / "follow")
+    place_record(os.path.join(out, "manifest.json"), follow)
+    options = {**OPTIONS, "kinds": ("medium", "medium-replay")}
+    short = d4rl_recipe(ENV, follow, STEPS, **options)
+    # Trained to the medium point only, yet the same files: the record's returns were taken.
+    run = os.path.join(follow, EXPERT_DIR)
+    steps = sorted(int(s) for s in os.listdir(os.path.join(run, "checkpoints")))
+    assert steps[-1] == manifest["medium_step"] < STEPS
+    assert short["followed_record"] == {"file": RECORD_FILE, "expert_trained_to": steps[-1]}
+    for kind in options["kinds"]:
+        assert short["files"][kind] == manifest["files"][kind]  # sha256 included
+    same = ("expert_step", "expert_return", "random_return", "medium_step", "medium_return")
+    assert all(short[k] == manifest[k] for k in (*same, "medium_target_return"))
+    # A record the run does not follow (another CPU's): the expert trains its whole budget,
+    # resuming from the medium point, and the recipe measures everything itself.
+    with open(os.path.join(follow, RECORD_FILE)) as f:
+        record = json.load(f)
+    with open(os.path.join(follow, RECORD_FILE), "w") as f:
+        json.dump({**record, "medium_return": record["medium_return"] + 1.0}, f)
+    whole = d4rl_recipe(ENV, follow, STEPS, **options)
+    assert "another path" in capsys.readouterr().out
+    assert "followed_record" not in whole and whole["files"] == short["files"]
+    assert max(int(s) for s in os.listdir(os.path.join(run, "checkpoints"))) == STEPS
+
+
+def test_a_record_of_other_settings_or_none_is_refused(made, tmp_path, capsys):
+    out, _ = made
+    argv = ["dataset", "recipe", "--env", ENV, "--out", str(tmp_path / "r"), "--seed", "4"]
+    for record, message in [
+        (str(tmp_path / "missing.json"), "missing.json: no manifest there"),
+        (os.path.join(out, "manifest.json"), "other settings: seed 3 (asked: 4), expert_steps"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            main([*argv, "--record", record, "--no-progress"])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1 and message in err
 
 
 def test_command_line_prints_the_manifest(tmp_path, capsys):

@@ -242,7 +242,15 @@ def test_a_dataset_remade_with_other_files_blocks_its_runs_and_keeps_the_archive
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     try:
         from suite import Run, state
-        from suite_state import DATA_STAMP, archive_run, data_stamp, finished_dir, retire_run
+        from suite_state import (
+            DATA_STAMP,
+            archive_run,
+            archived,
+            data_stamp,
+            finished_dir,
+            follow_record,
+            retire_run,
+        )
     finally:
         sys.path.remove(os.path.join(ROOT, "benchmarks"))
     root, archive = str(tmp_path / "runs"), str(tmp_path / "archive")
@@ -270,6 +278,12 @@ def test_a_dataset_remade_with_other_files_blocks_its_runs_and_keeps_the_archive
     shutil.rmtree(root)
     assert finished_dir(run, root, archive) == os.path.join(archive, run.name)
     assert state(other, root, {data.name}, archive)[0] == "pending"
+    # The dataset is remade first, following its archived manifest (the recipe's record.json);
+    # once remade with the same files, the archive is left as it is.
+    assert archived(data, archive) and not archived(other, archive)
+    assert follow_record(data, root, archive) and not follow_record(other, root, archive)
+    with open(os.path.join(root, data.name, "record.json")) as f:
+        assert json.load(f) == manifest
     # Remade here with other files: the archived dataset and the run on it stay of record; the
     # runs still to do wait for a machine that remakes the archived files.
     write(root, data.name, "manifest.json", {"files": {"medium": {"sha256": "ccc"}}})

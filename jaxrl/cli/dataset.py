@@ -66,6 +66,8 @@ class RecipeArgs:
     """episodes per evaluation"""
     ref_episodes: int = 50
     """episodes measuring the uniform random policy's return"""
+    record: str | None = None
+    """an earlier recipe's manifest.json to reproduce: train only to the medium point"""
     progress: bool = True
     """show the training progress bar"""
 
@@ -103,14 +105,17 @@ def run(argv: list[str]) -> None:
 
 
 def run_recipe(a: RecipeArgs) -> None:
-    """Run ``d4rl_recipe`` and print its manifest as JSON.
+    """Run ``d4rl_recipe`` (with ``--record`` copied into ``--out``); print its manifest as JSON.
 
     A stopped expert run exits as ``jaxrl train`` does; the same command resumes it.
     """
     from jaxrl.run.recipe import TrainingStopped, d4rl_recipe
+    from jaxrl.run.recipe_files import place_record
 
-    options = dataclasses.asdict(a)  # the fields are d4rl_recipe's arguments
-    env_id = options.pop("env")
+    options = dataclasses.asdict(a)  # the fields are d4rl_recipe's arguments, and --record
+    env_id, record = options.pop("env"), options.pop("record")
+    if record is not None:  # the recipe follows OUT/record.json
+        guard(lambda: place_record(record, a.out))
     try:
         manifest = guard(lambda: d4rl_recipe(env_id, **options))
     except TrainingStopped as stop:

@@ -13,7 +13,8 @@ the run's members (seeds x settings) as one program where it can.
 - ``collect``: datasets rolled out from trained runs.
 - ``devices``: joining several processes (hosts) with ``jax.distributed``.
 - ``recipe``: D4RL's datasets in one call: train the SAC expert, pick the medium point, write
-  the files and a manifest (``jaxrl dataset recipe``).
+  the files and a manifest (``jaxrl dataset recipe``); ``recipe_files``: the manifest's file
+  entries and the record a remade recipe follows.
 - ``commands``: evaluating a saved run.
 
 May import: ``jaxrl.loops``, ``jaxrl.registry`` and everything below; never ``tune``, ``export``,

@@ -14,19 +14,18 @@ Choices, stated once:
 
 - The expert is the run's best evaluation after its first (deterministic policy,
   ``eval_episodes`` episodes; ties: the later step): its checkpoint is the expert policy, its
-  return the expert return. D4RL's expert ends a converged run; a short run's last evaluation
-  can fall in a collapse (Hopper-v5: 3,187 at 290k, 1,244 at 300k). The best is biased up by
-  one evaluation's noise, so normalized scores are, if anything, low.
+  return the expert return (a short run's last evaluation can fall in a collapse: Hopper-v5
+  scored 3,187 at 290k, 1,244 at 300k).
 - The random return is the mean return of a uniform random policy (``ref_episodes`` episodes).
 - The medium point is the evaluation before the expert's whose return is nearest
-  ``random + (expert - random) / 3``: normalized score 33.3, i.e. one third of the expert's
-  return when the random return is 0 (locomotion) and still between the two when returns are
-  negative (Pendulum). Ties go to the earlier step.
-- The expert run checkpoints at every evaluation and keeps them all (``max_to_keep`` covers
-  every evaluation point), so the medium policy and its replay buffer are read from the
-  checkpoint of the chosen point, never retrained. Each checkpoint holds the replay buffer.
+  ``random + (expert - random) / 3`` (normalized score 33.3). Ties go to the earlier step.
+- The expert run keeps a checkpoint (with the replay buffer) at every evaluation, so the medium
+  policy and its buffer are read from the chosen point's checkpoint, never retrained.
 - Every file stores the random and expert returns as its reference returns, so
   ``jaxrl dataset info`` reports normalized scores against this expert.
+
+With ``OUT/record.json`` (an earlier recipe's manifest) the expert trains only as far as the
+files need, and takes the record's returns when its evaluations match (``recipe_files``).
 
 Rerunning the same call resumes: a finished expert run is not touched, and a file whose
 recorded recipe matches is kept (files are written atomically, so an existing one is complete).
@@ -36,7 +35,7 @@ MuJoCo envs, whose checkpoints hold the simulator state).
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import json
 import os
 from typing import Any
@@ -45,6 +44,14 @@ from jaxrl.agents import SACConfig
 from jaxrl.data import Dataset, load_dataset, reference_returns, save_d4rl
 from jaxrl.errors import ConfigError, DatasetError
 from jaxrl.loops.logging import read_metrics, write_json
+from jaxrl.run.recipe_files import (
+    RECORD_FILE,
+    file_entry,
+    follows,
+    read_json,
+    read_record,
+    steps_to_follow,
+)
 
 RECIPE_KINDS = ("medium", "medium-replay", "expert", "medium-expert", "random")
 """Kinds ``d4rl_recipe`` makes (``random`` too, for completeness)."""
@@ -92,8 +99,7 @@ def d4rl_recipe(
         kinds: the datasets to write, of ``RECIPE_KINDS``.
         dataset_steps: transitions of each rolled-out dataset (medium, expert, random; each
             half of medium-expert). medium-replay holds the buffer up to the medium point.
-        eval_every: environment steps between the expert run's evaluations (the medium
-            candidates; each keeps a checkpoint).
+        eval_every: env steps between the expert's evaluations (each keeps a checkpoint).
         eval_episodes: episodes per evaluation.
         ref_episodes: episodes of the uniform random policy measuring the random return.
         agent_config: the expert's ``SACConfig`` (default: the paper's settings).
@@ -103,7 +109,8 @@ def d4rl_recipe(
         The manifest (also written to ``out/manifest.json``).
 
     Raises:
-        ConfigError: a bad budget, kind or env, or an expert run trained past ``expert_steps``.
+        ConfigError: a bad budget, kind or env, an expert run trained past ``expert_steps``, or
+            a ``record.json`` made with other settings.
         TrainingStopped: the expert run was stopped; the same call resumes it.
     """
     budgets = {
@@ -116,13 +123,32 @@ def d4rl_recipe(
     kinds = _check(env_id, tuple(kinds), budgets)
     run_dir = os.path.join(out, EXPERT_DIR)
     cfg = expert_config(env_id, run_dir, expert_steps, seed, eval_every, eval_episodes, progress)
-    _train_expert(cfg, agent_config or SACConfig())
-    curve, kept = eval_curve(run_dir), _checkpoint_steps(run_dir)
-    expert_step = expert_point(curve, kept, expert_steps)
-    expert_return = curve[expert_step]
-    random_return = _random_return(env_id, ref_episodes, seed + _SEEDS["reference"])
-    target = random_return + MEDIUM_FRACTION * (expert_return - random_return)
-    medium_step = medium_point(curve, target, kept, expert_step)
+    agent_config = agent_config or SACConfig()
+    settings = {"env": env_id, "seed": seed, "expert_steps": expert_steps}
+    settings |= {"eval_every": eval_every, "eval_episodes": eval_episodes}
+    record = read_record(out, settings | {"dataset_steps": dataset_steps})
+    if record is not None:  # train only as far as the files need (``recipe_files``)
+        upto = max([steps_to_follow(record, kinds), *_checkpoint_steps(run_dir)[-1:]])
+        _train_expert(dataclasses.replace(cfg, total_steps=upto), agent_config)
+        curve, kept = eval_curve(run_dir), _checkpoint_steps(run_dir)
+        if not follows(record, curve):
+            m = record["medium_step"]
+            print(f"The expert run's evaluation at step {m} is {curve.get(m)}, the record's "
+                  f"{record['medium_return']}: it takes another path (another kind of CPU); "
+                  "training the whole expert run.")  # fmt: skip
+            record = None
+    if record is None:
+        _train_expert(cfg, agent_config)
+        curve, kept = eval_curve(run_dir), _checkpoint_steps(run_dir)
+        expert_step = expert_point(curve, kept, expert_steps)
+        expert_return = curve[expert_step]
+        random_return = _random_return(env_id, ref_episodes, seed + _SEEDS["reference"])
+        target = random_return + MEDIUM_FRACTION * (expert_return - random_return)
+        medium_step = medium_point(curve, target, kept, expert_step)
+    else:  # the run so far is the record's: so are the points and returns it chose
+        expert_step, expert_return = record["expert_step"], record["expert_return"]
+        random_return, medium_step = record["random_return"], record["medium_step"]
+        target = random_return + MEDIUM_FRACTION * (expert_return - random_return)
     refs = (random_return, expert_return)
     recipe = {
         "env": env_id,
@@ -155,7 +181,7 @@ def d4rl_recipe(
         ds = dataset(kind)
         if ds.source != paths[kind]:  # made now
             ds = made[kind] = load_dataset(save_d4rl(ds, paths[kind]))
-        files[kind] = _file_entry(ds, out)
+        files[kind] = file_entry(ds.source, ds.info(), out)
     manifest = {
         "env": env_id,
         "seed": seed,
@@ -179,6 +205,8 @@ def d4rl_recipe(
         "d4rl_ref_returns": reference_returns(env_id),
         "files": files,
     }
+    if record is not None:
+        manifest["followed_record"] = {"file": RECORD_FILE, "expert_trained_to": max(kept)}
     write_json(os.path.join(out, "manifest.json"), manifest)
     return manifest
 
@@ -234,7 +262,7 @@ def _train_expert(cfg: Any, agent_config: Any) -> None:
     from jaxrl.loops import prepare_run_dir, run_config
     from jaxrl.run.train import train
 
-    summary = _read_json(os.path.join(cfg.out, "summary.json"))
+    summary = read_json(os.path.join(cfg.out, "summary.json"))
     done = _checkpoint_steps(cfg.out)
     if done and done[-1] > cfg.total_steps:
         raise ConfigError(
@@ -335,11 +363,7 @@ def _make(
 
 
 def _provenance(kind: str, recipe: dict, steps: dict[str, int], ref_episodes: int) -> dict:
-    """What a file's ``metadata/`` says about the recipe (``recipe`` decides reuse on rerun).
-
-    Paths are relative to the file's directory, so the same recipe run elsewhere writes the
-    same bytes.
-    """
+    """A file's ``metadata/`` on the recipe (relative paths: the same bytes anywhere)."""
     return {
         "collected_by": "jaxrl dataset recipe",
         "recipe": json.dumps({**recipe, "kind": kind}, sort_keys=True),
@@ -362,29 +386,6 @@ def _existing(path: str, kind: str, recipe: dict) -> Dataset | None:
         return None
     same = ds.metadata.get("recipe") == json.dumps({**recipe, "kind": kind}, sort_keys=True)
     return ds if same else None
-
-
-def _file_entry(ds: Dataset, out: str) -> dict[str, Any]:
-    info = ds.info()
-    digest = hashlib.sha256()
-    with open(ds.source, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return {
-        "path": os.path.relpath(ds.source, out),
-        "sha256": digest.hexdigest(),
-        **{k: info[k] for k in ("transitions", "episodes", "return_mean", "return_std")},
-        "normalized_score_mean": info["normalized_score_mean"],
-    }
-
-
-def _read_json(path: str) -> dict[str, Any]:
-    try:
-        with open(path) as f:
-            value = json.load(f)
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 __all__ = [
