@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fnmatch
+import json
 import os
 import platform
 import subprocess
@@ -39,7 +40,7 @@ from collections.abc import Callable
 # benchmarks/ is on sys.path as a script
 from suite_report import write_report
 from suite_runner import Runner, run_queue
-from suite_settings import retire
+from suite_settings import resolved_agent_config, retire
 from suite_state import (
     ROOT,
     VENVS,
@@ -125,6 +126,17 @@ def _peer(script: str, seed: int, steps: int, every: int, *extra: str) -> tuple:
         str(EVAL_EPISODES),
         *extra,
     )
+
+
+def _peer_config(agent: str, env: str, steps: int, data: str) -> tuple[str, ...]:
+    """``--config JSON``: the agent config jaxrl's run of the cell resolves to, for the peer.
+
+    So the peer trains with jaxrl's settings wherever it can follow them (observation
+    normalization, a schedule's horizon); the peer's ``config.json`` lists what it cannot.
+    """
+    jaxrl_run = _train(agent, env, 0, steps, steps // 10, "--dataset", data)
+    config = resolved_agent_config(tuple(jaxrl_run))
+    return ("--config", json.dumps(config, sort_keys=True)) if config else ()
 
 
 # Budgets (the tables state them). Online: 100k env steps. Offline: gradient steps per
@@ -235,7 +247,7 @@ def full_suite() -> list[Run]:
                 runs += cell("offline", name, "d3rlpy", agent, n, "gradient steps",
                              lambda s, a=agent, e=env, n=n, d=data: _peer(
                                  "suite_d3rlpy.py", s, n, n // 10, "--algo", a, "--dataset", d,
-                                 "--env", e), need)
+                                 "--env", e, *_peer_config(a, e, n, d)), need)
     data, need = _dataset_path("hopper-medium-replay"), (datasets["Hopper-v5"].name,)
     phases = ("--offline-steps", str(O2O_OFFLINE), "--online-steps", str(O2O_ONLINE))
     o2o = {"rlpd": ("--total-steps", str(O2O_ONLINE)), "cal-ql": phases, "iql": phases,

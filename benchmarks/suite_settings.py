@@ -30,7 +30,7 @@ RETIRED = "retired"
 
 
 @functools.cache
-def _resolved(args: tuple[str, ...]) -> dict[str, Any] | None:
+def resolved_agent_config(args: tuple[str, ...]) -> dict[str, Any] | None:
     """The agent config (as JSON values) that ``jaxrl train`` resolves ``args`` to today."""
     if "train" not in args or args[:2] != ("-m", "jaxrl.cli"):
         return None
@@ -51,7 +51,7 @@ def settings_changes(run: Any, run_dir: str) -> tuple[list[str], list[str]]:
     ``added`` the fields today's config has and the recorded one lacks. Both are empty for a
     run that is not a ``jaxrl train`` run or has no ``config.json`` yet.
     """
-    now = _resolved(tuple(run.args)) if run.impl == "jaxrl" else None
+    now = resolved_agent_config(tuple(run.args)) if run.impl == "jaxrl" else None
     try:
         with open(os.path.join(run_dir, "config.json")) as f:
             then = json.load(f).get("agent_config")

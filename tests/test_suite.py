@@ -235,6 +235,27 @@ def test_dataset_recipes_run_with_the_portable_xla_isa(tmp_path, monkeypatch):
     assert f"flags: {suite.PORTABLE_XLA}" in log, log
 
 
+def test_a_d3rlpy_run_gets_the_agent_settings_of_the_jaxrl_run_beside_it():
+    """The peer's ``--config`` is the agent config jaxrl's run of the same cell resolves to, so
+    both normalize observations alike and IQL's cosine schedule spans the same budget."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import suite
+        from suite_settings import resolved_agent_config
+    finally:
+        sys.path.remove(os.path.join(ROOT, "benchmarks"))
+    runs = suite.full_suite()
+    jaxrl = {(r.task, r.agent, r.seed): r for r in runs if r.impl == "jaxrl"}
+    peers = [r for r in runs if r.impl == "d3rlpy"]
+    assert {r.agent for r in peers} == set(suite.D3RLPY)
+    for peer in peers:
+        sent = json.loads(peer.args[peer.args.index("--config") + 1])
+        assert sent == resolved_agent_config(tuple(jaxrl[peer.task, peer.agent, peer.seed].args))
+        assert sent["normalize_observations"] is (peer.agent != "cql"), (peer.name, sent)
+        if peer.agent == "iql":
+            assert sent["max_steps"] is None  # the peer fills it with its --steps, as jaxrl
+
+
 def test_a_dataset_remade_with_other_files_blocks_its_runs_and_keeps_the_archived_ones(tmp_path):
     """The archived dataset is the one of record: remade here with other hashes (another kind of
     CPU), its finished runs stay finished and the unfinished ones are blocked, so a cell never
@@ -349,14 +370,14 @@ def test_a_run_made_with_other_agent_settings_is_stale_and_retired_not_deleted(t
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     try:
         import suite
-        from suite_settings import _resolved
+        from suite_settings import resolved_agent_config
         from suite_state import finished_dir
     finally:
         sys.path.remove(os.path.join(ROOT, "benchmarks"))
     root, results = tmp_path / "runs", tmp_path / "results"
     archive = results / "suite_smoke_runs"
     run = suite.smoke_suite()[0]
-    today = _resolved(tuple(run.args))
+    today = resolved_agent_config(tuple(run.args))
     assert today["actor_lr"] == 3e-4  # SAC's default: the command does not set it
 
     def finish_in(base, config):

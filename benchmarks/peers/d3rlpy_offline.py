@@ -207,7 +207,7 @@ def make_config(name: str, cfg: dict[str, Any]) -> tuple[Any, list[str]]:
                 else None
             ),
         )
-        f.used.add("reward_normalization")  # BC ignores rewards
+        f.used |= {"reward_normalization", "discount", "tau"}  # BC has no rewards or critic
     elif name in ("td3-bc", "rebrac"):
         kw = _common(f)
         kw.update(

@@ -128,6 +128,8 @@ def main() -> None:
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 
     cfg = {**PAPER_DEFAULTS[args.algo], **(json.loads(args.config) if args.config else {})}
+    if "max_steps" in cfg and cfg["max_steps"] is None:  # as jaxrl: a schedule spans the run
+        cfg["max_steps"] = args.steps
     d3_config, unmatched = make_config(args.algo, cfg)
     refs, refs_source = dataset_refs(args.dataset, args.env)
     settings = {
