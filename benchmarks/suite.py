@@ -136,7 +136,8 @@ def _peer_config(agent: str, env: str, steps: int, data: str) -> tuple[str, ...]
     """
     jaxrl_run = _train(agent, env, 0, steps, steps // 10, "--dataset", data)
     config = resolved_agent_config(tuple(jaxrl_run))
-    return ("--config", json.dumps(config, sort_keys=True)) if config else ()
+    text = json.dumps(config, sort_keys=True).replace("{", "{{").replace("}", "}}")
+    return ("--config", text) if config else ()  # braces doubled: ``Run.command`` formats args
 
 
 # Budgets (the tables state them). Online: 100k env steps. Offline: gradient steps per
