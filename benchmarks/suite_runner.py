@@ -22,6 +22,7 @@ import signal
 import subprocess
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -113,9 +114,11 @@ def run_queue(
             stale run's old directory aside there).
 
     Returns:
-        0, or 130 when a stop signal ended the suite.
+        0; 130 when a stop signal ended the suite; 1 when starting or finishing a run raised
+        (the traceback is logged, and the other runs are stopped, their state saved).
     """
     cond = threading.Condition()
+    errors: list[str] = []  # runs whose worker raised (``work``)
     busy: set[str] = set()
     said: set[str] = set()
     started = [0]
@@ -163,6 +166,11 @@ def run_queue(
                         break
             except Stop:
                 return
+            except Exception:  # a bug in the suite itself: say so and stop the other runs
+                runner.log(f"error while running {run.name}:\n{traceback.format_exc()}")
+                errors.append(run.name)
+                runner.stop(signal.SIGTERM, None)
+                return
             finally:
                 with cond:
                     busy.difference_update(t.name for t in (*todo, run))
@@ -182,6 +190,9 @@ def run_queue(
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+    if errors:
+        runner.log(f"stopped by an error while running {', '.join(errors)} (see above)")
+        return 1
     if runner.stopping.is_set():
         runner.log("stopped: rerun the same command to continue")
         return 130

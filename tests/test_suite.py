@@ -177,6 +177,22 @@ def test_workers_run_jobs_at_once_and_a_remade_need_once(tmp_path):
     assert lines[-1].startswith("stopped"), lines
 
 
+class _BrokenJob(_Job):
+    """A job whose command cannot be built (a bug in the suite, not in the run)."""
+
+    def command(self, root: str) -> list[str]:
+        raise KeyError("a placeholder the command line does not fill")
+
+
+def test_an_error_in_the_suite_stops_every_run_and_exits_1(tmp_path):
+    """A worker that raises logs the traceback and stops the runs beside it, which save their
+    state; the suite exits 1 instead of letting the worker thread die and the others go on."""
+    lines, rc = _queue(tmp_path, [_Job("slow", 60.0), _BrokenJob("bad", 0.0)], workers=2)
+    assert rc == 1, lines
+    assert "error while" in lines and "end slow" in lines, lines
+    assert lines[-1] == "stopped by", lines
+
+
 class _AffinityJob(_Job):
     """A job that writes the cores it may run on (``os.sched_getaffinity``) to ``DIR/NAME``."""
 
