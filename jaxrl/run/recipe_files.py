@@ -33,7 +33,7 @@ def place_record(source: str, out: str) -> None:
     Raises:
         ConfigError: ``source`` is missing or holds no JSON object.
     """
-    if not isinstance(read_json(source), dict) or not read_json(source):
+    if not read_json(source):
         raise ConfigError(
             f"--record {source}: no manifest there (a recipe's manifest.json is a JSON object); "
             "pass the manifest.json of the recipe to reproduce, or leave --record out."
