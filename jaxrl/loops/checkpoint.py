@@ -132,15 +132,25 @@ class Checkpointer:
         finally:
             absl.setLevel(level)
 
-    def _drop_partial(self, step: int) -> None:
-        """Remove what a failed write of ``step`` left (orbax's temporary directories)."""
-        import shutil
+    def _drop_partial(self, step: int, patience_s: float = 30.0) -> None:
+        """Remove what a failed write of ``step`` left (orbax's temporary directories).
 
-        if not os.path.isdir(self.directory):
-            return
-        for name in os.listdir(self.directory):
-            if name.startswith(f"{step}.") and "tmp" in name:
+        A writer thread of orbax may still be creating files in them after the save has failed
+        (seen on a loaded machine), which makes a single removal fail with "directory not
+        empty"; so the removal is retried until the directories are gone or ``patience_s`` ends.
+        """
+        import shutil
+        import time
+
+        deadline = time.monotonic() + patience_s
+        while os.path.isdir(self.directory):
+            names = os.listdir(self.directory)
+            left = [n for n in names if n.startswith(f"{step}.") and "tmp" in n]
+            if not left or time.monotonic() > deadline:
+                return
+            for name in left:
                 shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+            time.sleep(0.05)
 
     def restore(self, template: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
         """Restore the checkpoint at ``step`` (default: newest) into the structure of ``template``.
