@@ -51,6 +51,7 @@ from suite_state import (
     finished_dir,
     follow_record,
     foreign_data,
+    left_record,
     retire_run,
     state,
 )
@@ -205,10 +206,15 @@ def _portable_xla() -> tuple[str, ...]:
 
 
 def _dataset_run(env: str) -> Run:
-    """``jaxrl dataset recipe``: a SAC expert, then the medium and medium-replay files."""
+    """``jaxrl dataset recipe``: a SAC expert, then the medium and medium-replay files.
+
+    Remaking archived files (``follow_record``), the recipe stops once its expert run leaves the
+    record's path (``--strict-record``) rather than train hours for files no cell may use.
+    """
     line = (
         f"-m jaxrl.cli dataset recipe --env {env} --out {{out}} --seed 0 --expert-steps "
         f"{EXPERT_STEPS} --dataset-steps {DATASET_STEPS} --no-progress --kinds medium medium-replay"
+        " --strict-record"
     )
     return Run("datasets", env, "jaxrl", "recipe", 0, EXPERT_STEPS, "expert env steps",
                tuple(line.split()), marker="manifest.json", environ=_portable_xla())  # fmt: skip
@@ -354,6 +360,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def finish(run: Run, rc: int) -> bool:
         with report:
+            if left := left_record((run.name,), root):
+                log(f"{left[0]}; the runs that read it are left for a machine that remakes the "
+                    "archived files")  # fmt: skip
+                return False
             if foreign_data((run.name,), root, archive):
                 # Kept out of the archive: the archived files stay the dataset of record, and
                 # the runs that read this dataset wait for a machine that remakes them.

@@ -27,7 +27,7 @@ from typing import Any
 from suite_settings import retire, settings_changes
 
 from jaxrl.loops.config import run_dir_in_use
-from jaxrl.run.recipe_files import place_record
+from jaxrl.run.recipe_files import place_record, record_departure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENVS = {  # impl -> python of the virtualenv that runs it (and the make target that creates it)
@@ -56,7 +56,7 @@ DATA_STAMP = "data.json"
 """Beside a finished run that reads datasets: the sha256 of the files it read (``data_stamp``)."""
 
 MACHINE = "machine.json"
-"""Beside a finished run: the CPU model and core count of the machine that finished it."""
+"""Beside a finished run: the CPU model, kind and core count of the machine that finished it."""
 
 
 def _stamp_at(base: str, need: str) -> dict[str, str] | None:
@@ -102,6 +102,16 @@ def foreign_data(needs: tuple[str, ...], root: str, archive: str | None) -> list
     ]
 
 
+def left_record(names: tuple[str, ...], root: str) -> list[str]:
+    """For each dataset recipe of ``names`` that left its record's path here: what it did.
+
+    A recipe remaking archived files follows their manifest (``follow_record``); on another kind
+    of CPU its expert run takes another path, seen at the first step the record names, and the
+    recipe stops (``--strict-record``). Its dataset cannot be remade here.
+    """
+    return [f"{n}: {why}" for n in names if (why := record_departure(os.path.join(root, n)))]
+
+
 def finished_dir(run: Any, root: str, archive: str | None) -> str | None:
     """The directory holding ``run``'s finished marker: its run directory, else its archive.
 
@@ -136,7 +146,7 @@ def archive_run(run: Any, root: str, archive: str) -> list[str]:
         with open(os.path.join(out, DATA_STAMP), "w") as f:
             json.dump(stamp, f, indent=1)
     with open(os.path.join(out, MACHINE), "w") as f:
-        json.dump({"cpu": cpu_model(), "cores": os.cpu_count()}, f)
+        json.dump({"cpu": cpu_model(), "kind": cpu_kind(), "cores": os.cpu_count()}, f)
     manifest = read_json(os.path.join(out, "manifest.json")) or {}
     expert = os.path.join(manifest.get("expert_run", ""), "summary.json")
     names = ("summary.json", "config.json", "manifest.json", DATA_STAMP, MACHINE, expert)
@@ -205,6 +215,27 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_kind() -> str:
+    """The CPU's family, model and widest vector flag (``/proc/cpuinfo``), else "".
+
+    One model name covers several kinds: two "AMD EPYC" machines (family 25, models 1 and 17)
+    trained the same capped SAC run onto different paths.
+    """
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return ""
+    flags = fields.get("flags", "").split()
+    isa = next((x for x in ("avx512f", "avx2", "avx") if x in flags), "")
+    said = [f"family {fields['cpu family']}" if "cpu family" in fields else ""]
+    said += [f"model {fields['model']}" if "model" in fields else "", isa]
+    return ", ".join(x for x in said if x)
+
+
 def state(run: Any, root: str, done: set[str], archive: str) -> tuple[str, str]:
     """``(state, detail)``: done, stale, running, partial, blocked, no-venv or pending.
 
@@ -225,6 +256,11 @@ def state(run: Any, root: str, done: set[str], archive: str) -> tuple[str, str]:
         return "blocked", (
             f"this machine remade {', '.join(foreign)} with other files than the archived "
             "ones; run it where the recipe remakes those (see the results page)"
+        )
+    if left := left_record((run.name, *run.needs), root):
+        return "blocked", (
+            f"{'; '.join(left)}; run it where the recipe remakes the archived files (see the "
+            "results page)"
         )
     for base in (b for b in (root, archive) if not (b == root and run_dir_in_use(out))):
         if changed := settings_changes(run, os.path.join(base, run.name))[0]:

@@ -17,8 +17,9 @@ import pytest
 from jaxrl.agents import SACConfig
 from jaxrl.cli import main
 from jaxrl.data import load_dataset
+from jaxrl.errors import DatasetError
 from jaxrl.run.recipe import EXPERT_DIR, d4rl_recipe, eval_curve, expert_point, medium_point
-from jaxrl.run.recipe_files import RECORD_FILE, place_record
+from jaxrl.run.recipe_files import RECORD_FILE, place_record, record_departure
 
 ENV = "InvertedPendulum-v5"  # MuJoCo: a checkpoint holds the simulator state (exact resume)
 STEPS = 400
@@ -167,12 +168,19 @@ def test_a_recipe_following_its_record_trains_only_to_the_medium_point(made, tmp
         assert short["files"][kind] == manifest["files"][kind]  # sha256 included
     same = ("expert_step", "expert_return", "random_return", "medium_step", "medium_return")
     assert all(short[k] == manifest[k] for k in (*same, "medium_target_return"))
-    # A record the run does not follow (another CPU's): the expert trains its whole budget,
-    # resuming from the medium point, and the recipe measures everything itself.
+    # A record the run does not follow (another CPU's): with strict_record the recipe stops
+    # there; without, the expert trains its whole budget, resuming from the medium point, and
+    # the recipe measures everything itself.
     with open(os.path.join(follow, RECORD_FILE)) as f:
         record = json.load(f)
+    assert record_departure(follow) is None
     with open(os.path.join(follow, RECORD_FILE), "w") as f:
         json.dump({**record, "medium_return": record["medium_return"] + 1.0}, f)
+    m = manifest["medium_step"]
+    assert f"evaluates {manifest['medium_return']} at step {m}" in record_departure(follow)
+    with pytest.raises(DatasetError, match=f"at step {m} .*leave out --strict-record"):
+        d4rl_recipe(ENV, follow, STEPS, **options, strict_record=True)
+    assert max(int(s) for s in os.listdir(os.path.join(run, "checkpoints"))) == m
     whole = d4rl_recipe(ENV, follow, STEPS, **options)
     assert "another path" in capsys.readouterr().out
     assert "followed_record" not in whole and whole["files"] == short["files"]

@@ -357,6 +357,39 @@ def test_a_dataset_remade_with_other_files_blocks_its_runs_and_keeps_the_archive
     assert finished_dir(data, root, archive) is None
 
 
+def test_a_recipe_that_left_its_record_blocks_itself_and_the_runs_that_read_it(tmp_path):
+    """Remaking archived files on another kind of CPU, the recipe's expert run evaluates another
+    return at the record's medium step (the recipe stops there, ``--strict-record``): the
+    dataset and every run that reads it are blocked on this machine, not remade again."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        from suite import Run, full_suite, state
+    finally:
+        sys.path.remove(os.path.join(ROOT, "benchmarks"))
+    root, archive = tmp_path / "runs", str(tmp_path / "archive")
+    data = Run("datasets", "Env", "jaxrl", "recipe", 0, 1, "steps", (), marker="manifest.json")
+    run = Run("offline", "env-medium", "jaxrl", "iql", 0, 1, "steps", (), needs=(data.name,))
+    recipe = root / data.name
+    (recipe / "expert_sac").mkdir(parents=True)
+    record = {"medium_step": 20, "medium_return": 5.5, "expert_step": 40, "expert_return": 9.0}
+    (recipe / "record.json").write_text(json.dumps(record))
+    metrics = recipe / "expert_sac" / "metrics.csv"
+    metrics.write_text("step,eval_return,train/loss\n10,1.25,0.5\n15,,0.4\n")
+    # Not yet at the record's step: nothing is known, the runs go on.
+    assert state(data, str(root), set(), archive)[0] == "partial"
+    assert state(run, str(root), {data.name}, archive)[0] == "pending"
+    metrics.write_text(metrics.read_text() + "20,5.5,0.3\n")  # on the record's path
+    assert state(run, str(root), {data.name}, archive)[0] == "pending"
+    metrics.write_text(metrics.read_text().replace("20,5.5", "20,4.75"))  # another path
+    for each, done in ((data, set()), (run, {data.name})):
+        st, detail = state(each, str(root), done, archive)
+        assert st == "blocked" and f"{data.name}: the expert run evaluates 4.75 at step 20 " in (
+            detail
+        ), (st, detail)
+    # The suite's recipes stop there rather than train the whole expert run.
+    assert all("--strict-record" in r.args for r in full_suite() if r.agent == "recipe")
+
+
 def test_a_peer_run_directory_is_locked_as_a_jaxrl_one(tmp_path):
     # Two suite processes took one d3rlpy run at once before peer runs held the lock.
     from jaxrl.loops.config import run_dir_in_use

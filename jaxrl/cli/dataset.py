@@ -68,6 +68,8 @@ class RecipeArgs:
     """episodes measuring the uniform random policy's return"""
     record: str | None = None
     """an earlier recipe's manifest.json to reproduce: train only to the medium point"""
+    strict_record: bool = False
+    """with a record: stop (exit 2) when the expert run leaves its path, not train it whole"""
     progress: bool = True
     """show the training progress bar"""
 

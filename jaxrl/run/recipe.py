@@ -43,11 +43,13 @@ from typing import Any
 from jaxrl.agents import SACConfig
 from jaxrl.data import Dataset, load_dataset, reference_returns, save_d4rl
 from jaxrl.errors import ConfigError, DatasetError
-from jaxrl.loops.logging import read_metrics, write_json
+from jaxrl.loops.logging import write_json
 from jaxrl.run.recipe_files import (
+    EXPERT_DIR,
     RECORD_FILE,
+    checked_record,
+    eval_curve,
     file_entry,
-    follows,
     read_json,
     read_record,
     steps_to_follow,
@@ -56,8 +58,6 @@ from jaxrl.run.recipe_files import (
 RECIPE_KINDS = ("medium", "medium-replay", "expert", "medium-expert", "random")
 """Kinds ``d4rl_recipe`` makes (``random`` too, for completeness)."""
 DEFAULT_KINDS = ("medium", "medium-replay")
-EXPERT_DIR = "expert_sac"
-"""The expert run's directory inside the recipe's output directory."""
 MEDIUM_FRACTION = 1 / 3
 """Where the medium point lies between the random and the expert return (D4RL: a third)."""
 # Rollout seeds are offsets of the recipe's seed (the expert run trains with the seed itself).
@@ -88,6 +88,7 @@ def d4rl_recipe(
     ref_episodes: int = 50,
     agent_config: Any = None,
     progress: bool = True,
+    strict_record: bool = False,
 ) -> dict[str, Any]:
     """Make D4RL-style datasets of ``env_id`` in ``out`` (see the module docstring).
 
@@ -104,6 +105,7 @@ def d4rl_recipe(
         ref_episodes: episodes of the uniform random policy measuring the random return.
         agent_config: the expert's ``SACConfig`` (default: the paper's settings).
         progress: show the training progress bar.
+        strict_record: raise when the expert run leaves ``out/record.json``'s path.
 
     Returns:
         The manifest (also written to ``out/manifest.json``).
@@ -111,6 +113,7 @@ def d4rl_recipe(
     Raises:
         ConfigError: a bad budget, kind or env, an expert run trained past ``expert_steps``, or
             a ``record.json`` made with other settings.
+        DatasetError: ``strict_record`` and the expert run leaves the record's path.
         TrainingStopped: the expert run was stopped; the same call resumes it.
     """
     budgets = {
@@ -131,12 +134,7 @@ def d4rl_recipe(
         upto = max([steps_to_follow(record, kinds), *_checkpoint_steps(run_dir)[-1:]])
         _train_expert(dataclasses.replace(cfg, total_steps=upto), agent_config)
         curve, kept = eval_curve(run_dir), _checkpoint_steps(run_dir)
-        if not follows(record, curve):
-            m = record["medium_step"]
-            print(f"The expert run's evaluation at step {m} is {curve.get(m)}, the record's "
-                  f"{record['medium_return']}: it takes another path (another kind of CPU); "
-                  "training the whole expert run.")  # fmt: skip
-            record = None
+        record = checked_record(record, curve, strict_record)
     if record is None:
         _train_expert(cfg, agent_config)
         curve, kept = eval_curve(run_dir), _checkpoint_steps(run_dir)
@@ -277,12 +275,6 @@ def _train_expert(cfg: Any, agent_config: Any) -> None:
     summary = train("sac", cfg, agent_config)
     if not summary.get("completed"):
         raise TrainingStopped(summary)
-
-
-def eval_curve(run_dir: str) -> dict[int, float]:
-    """``{step: eval_return}`` of a run directory's evaluation points (its ``metrics.csv``)."""
-    rows = read_metrics(os.path.join(run_dir, "metrics.csv"))
-    return {int(r["step"]): r["eval_return"] for r in rows if "eval_return" in r}
 
 
 def expert_point(curve: dict[int, float], kept: list[int], expert_steps: int) -> int:
