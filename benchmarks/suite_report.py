@@ -63,7 +63,7 @@ def collect(runs: list, root: str, archive: str) -> list[dict[str, Any]]:
         summary = read_json(os.path.join(out, r.marker)) or {}
         cell["seeds"].append(r.seed)
         cell["dirs"].append(out)
-        cell["machines"].append((read_json(os.path.join(out, MACHINE)) or {}).get("cpu"))
+        cell["machines"].append(machine_label(read_json(os.path.join(out, MACHINE)) or {}))
         if r.section == "datasets":  # the recipe's manifest; its time is the expert run's
             cell["manifest"] = summary
             expert = read_json(os.path.join(out, summary.get("expert_run", ""), "summary.json"))
@@ -213,6 +213,12 @@ def _iqm_plot(cells: list[dict[str, Any]], section: str, results: str) -> str | 
     return png
 
 
+def machine_label(machine: dict[str, Any]) -> str | None:
+    """A ``machine.json``'s CPU, with its kind where recorded: one name covers several kinds."""
+    cpu, kind = machine.get("cpu"), machine.get("kind")
+    return f"{cpu} [{kind}]" if cpu and kind else cpu
+
+
 def _machines(cells: list[dict[str, Any]]) -> str:
     """Which CPUs finished the runs, with how many each (``machine.json`` beside each run)."""
     counts: dict[str, int] = defaultdict(int)
@@ -222,7 +228,7 @@ def _machines(cells: list[dict[str, Any]]) -> str:
     if not counts:
         return f"Machine: {cpu_model()}"
     ranked = sorted(counts.items(), key=lambda x: -x[1])
-    mix = ", ".join(f"{cpu} ({n} run{'s' * (n != 1)})" for cpu, n in ranked)
+    mix = "; ".join(f"{cpu} ({n} run{'s' * (n != 1)})" for cpu, n in ranked)
     return f"Machines that finished the runs: {mix}"
 
 

@@ -95,7 +95,8 @@ def test_a_stopped_suite_resumes_and_never_repeats_a_finished_run(tmp_path):
     assert _eval_steps(archived / "s0") == steps
     machine = json.loads((archived / "s0" / "machine.json").read_text())  # which CPU finished it
     assert machine["cpu"] and machine["cores"] == os.cpu_count(), machine
-    assert f"Machines that finished the runs: {machine['cpu']} (2 runs)" in md, md
+    label = f"{machine['cpu']} [{machine['kind']}]" if machine["kind"] else machine["cpu"]
+    assert f"Machines that finished the runs: {label} (2 runs)" in md, md
     shutil.rmtree(tmp_path / "runs")
     listing = subprocess.run(_suite(tmp_path, "--list"), capture_output=True, text=True).stdout
     assert "2/2 runs done" in listing and listing.count("(archived)") == 2, listing
