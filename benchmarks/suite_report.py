@@ -63,7 +63,11 @@ def collect(runs: list, root: str, archive: str) -> list[dict[str, Any]]:
         summary = read_json(os.path.join(out, r.marker)) or {}
         cell["seeds"].append(r.seed)
         cell["dirs"].append(out)
-        cell["machines"].append(machine_label(read_json(os.path.join(out, MACHINE)) or {}))
+        # A dataset remade here with the archived files keeps the machine of record.
+        machine = read_json(os.path.join(out, MACHINE)) or read_json(
+            os.path.join(archive, r.name, MACHINE)
+        )
+        cell["machines"].append(machine_label(machine or {}))
         if r.section == "datasets":  # the recipe's manifest; its time is the expert run's
             cell["manifest"] = summary
             expert = read_json(os.path.join(out, summary.get("expert_run", ""), "summary.json"))
