@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -63,19 +62,10 @@ def run_seed(seed: int, workers: int, select: list[str], extra: list[str]) -> di
 
 def machine() -> str:
     """A short label of this CPU: its model name, core count and widest vector extension."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and value.strip():
-                    model = value.strip()
-                elif key.strip() == "flags":
-                    flags = set(value.split())
-    except OSError:  # not Linux
-        pass
-    isa = next((x for x in ("avx512f", "avx2", "avx") if x in flags), "")
-    return f"{model}, {os.cpu_count()} cores" + (f", {isa}" if isa else "")
+    from suite_state import cpu_fields, cpu_model, widest_isa  # benchmarks/ is on sys.path
+
+    isa = widest_isa(cpu_fields())
+    return f"{cpu_model()}, {os.cpu_count()} cores" + (f", {isa}" if isa else "")
 
 
 def parse_junit(path: str) -> dict[str, dict]:

@@ -204,15 +204,28 @@ def retire_run(
     return [*moved, kept], archive_run(run, root, archive)
 
 
-def cpu_model() -> str:
+def cpu_fields() -> dict[str, str]:
+    """``/proc/cpuinfo``'s fields of the first CPU (``{}`` where there is none: not Linux)."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return fields
+
+
+def cpu_model() -> str:
+    """The CPU's model name."""
+    return cpu_fields().get("model name") or platform.processor() or platform.machine()
+
+
+def widest_isa(fields: dict[str, str]) -> str:
+    """The widest of avx512f, avx2 and avx in ``fields``' flags, else ""."""
+    flags = fields.get("flags", "").split()
+    return next((x for x in ("avx512f", "avx2", "avx") if x in flags), "")
 
 
 def cpu_kind() -> str:
@@ -221,18 +234,9 @@ def cpu_kind() -> str:
     One model name covers several kinds: two "AMD EPYC" machines (family 25, models 1 and 17)
     trained the same capped SAC run onto different paths.
     """
-    fields: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        return ""
-    flags = fields.get("flags", "").split()
-    isa = next((x for x in ("avx512f", "avx2", "avx") if x in flags), "")
+    fields = cpu_fields()
     said = [f"family {fields['cpu family']}" if "cpu family" in fields else ""]
-    said += [f"model {fields['model']}" if "model" in fields else "", isa]
+    said += [f"model {fields['model']}" if "model" in fields else "", widest_isa(fields)]
     return ", ".join(x for x in said if x)
 
 
